@@ -1,0 +1,35 @@
+//! tpuc's tensor IR.
+//!
+//! An MLIR-style SSA IR for tensor programs: typed values ([`TensorType`]: a [`DType`] and
+//! dims that are static or symbolic [`SymExpr`]s with ranges), ops from one table
+//! ([`Opcode::info`]) with attributes and regions, functions with signature metadata,
+//! provenance per op ([`Loc`]), a verifier that reports every broken rule, and a text form that
+//! prints and parses back exactly.
+//!
+//! The crate knows nothing of PyTorch, StableHLO or PJRT.
+
+pub mod attr;
+pub mod dtype;
+pub mod entity;
+pub mod infer;
+pub mod module;
+pub mod opcode;
+pub mod parse;
+pub mod print;
+pub mod sym;
+pub mod types;
+pub mod verify;
+
+pub use attr::{Attr, Attrs, Scalar, TensorData};
+pub use dtype::DType;
+pub use entity::{EntityId, PrimaryMap, SecondaryMap};
+pub use module::{
+    ArgInfo, ArgKind, BlockId, Builder, Func, IrError, Loc, LocId, Module, OpData, OpId, RegionId, ResultInfo,
+    ResultKind, ValueDef, ValueId,
+};
+pub use opcode::Opcode;
+pub use parse::{parse_module, ParseError};
+pub use print::print_module;
+pub use sym::{SymExpr, Symbol, SymbolTable};
+pub use types::{Dim, TensorType};
+pub use verify::{verify, VerifyError};

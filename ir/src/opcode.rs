@@ -1,0 +1,329 @@
+//! The op table: every op's name, operand and result counts, attributes and traits.
+//!
+//! Ops are tensor-level and explicit: no implicit broadcasting and no implicit dtype promotion
+//! (the importer inserts `broadcast_in_dim` and `convert`), so operand types of elementwise ops
+//! match exactly. Primitive ops follow StableHLO's semantics and attribute names, which keeps
+//! lowering one-to-one; a few high-level ops (`softmax`, `log_softmax`, `gelu`, `layer_norm`,
+//! `attention`) keep what the model said so later passes can match them, and the StableHLO
+//! emitter expands them. Shape rules live in [`crate::infer`].
+
+use crate::attr::Attr;
+use std::fmt;
+use std::str::FromStr;
+
+/// How many operands or results an op takes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Arity {
+    Exactly(usize),
+    AtLeast(usize),
+    Between(usize, usize),
+}
+
+impl Arity {
+    pub fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Exactly(k) => n == k,
+            Arity::AtLeast(k) => n >= k,
+            Arity::Between(a, b) => (a..=b).contains(&n),
+        }
+    }
+}
+
+impl fmt::Display for Arity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arity::Exactly(k) => write!(f, "{k}"),
+            Arity::AtLeast(k) => write!(f, "at least {k}"),
+            Arity::Between(a, b) => write!(f, "{a} to {b}"),
+        }
+    }
+}
+
+/// The kind an attribute must have.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AttrKind {
+    Bool,
+    Int,
+    Float,
+    Str,
+    Ints,
+    DType,
+    Tensor,
+}
+
+impl AttrKind {
+    pub fn matches(self, a: &Attr) -> bool {
+        matches!(
+            (self, a),
+            (AttrKind::Bool, Attr::Bool(_))
+                | (AttrKind::Int, Attr::Int(_))
+                | (AttrKind::Float, Attr::Float(_))
+                | (AttrKind::Str, Attr::Str(_))
+                | (AttrKind::Ints, Attr::Ints(_))
+                | (AttrKind::DType, Attr::DType(_))
+                | (AttrKind::Tensor, Attr::Tensor(_))
+        )
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            AttrKind::Bool => "bool",
+            AttrKind::Int => "int",
+            AttrKind::Float => "float",
+            AttrKind::Str => "string",
+            AttrKind::Ints => "int list",
+            AttrKind::DType => "dtype",
+            AttrKind::Tensor => "tensor",
+        }
+    }
+}
+
+/// One attribute an op accepts.
+#[derive(Copy, Clone, Debug)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub required: bool,
+}
+
+const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
+    AttrSpec { name, kind, required: true }
+}
+const fn opt(name: &'static str, kind: AttrKind) -> AttrSpec {
+    AttrSpec { name, kind, required: false }
+}
+
+/// Trait flags of an op.
+pub mod traits {
+    /// Result has the operands' shape; applied element by element.
+    pub const ELEMENTWISE: u32 = 1;
+    /// Ends a block.
+    pub const TERMINATOR: u32 = 2;
+    /// No side effects: removable when unused, mergeable when identical.
+    pub const PURE: u32 = 4;
+    /// Operand order does not matter.
+    pub const COMMUTATIVE: u32 = 8;
+    /// High-level op expanded by the emitter (candidate for composites).
+    pub const COMPOSITE: u32 = 16;
+}
+use traits::*;
+
+/// Static description of an op.
+#[derive(Debug)]
+pub struct OpInfo {
+    pub name: &'static str,
+    pub operands: Arity,
+    pub results: Arity,
+    pub attrs: &'static [AttrSpec],
+    pub traits: u32,
+    /// Number of regions the op carries.
+    pub regions: usize,
+    pub doc: &'static str,
+}
+
+macro_rules! ops {
+    ($( $(#[doc = $doc:literal])* $variant:ident = $name:literal, $operands:expr, $results:expr, [$($attr:expr),*], $traits:expr, $regions:expr; )*) => {
+        /// An op's kind. See [`Opcode::info`] for its description.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Opcode { $($variant),* }
+
+        impl Opcode {
+            pub const ALL: &'static [Opcode] = &[$(Opcode::$variant),*];
+
+            pub fn info(self) -> &'static OpInfo {
+                match self {
+                    $(Opcode::$variant => {
+                        const INFO: OpInfo = OpInfo {
+                            name: $name,
+                            operands: $operands,
+                            results: $results,
+                            attrs: &[$($attr),*],
+                            traits: $traits,
+                            regions: $regions,
+                            doc: concat!($($doc),*),
+                        };
+                        &INFO
+                    })*
+                }
+            }
+        }
+    };
+}
+
+use Arity::{AtLeast, Between, Exactly};
+use AttrKind as K;
+
+const EW1: u32 = ELEMENTWISE | PURE;
+const EW2C: u32 = ELEMENTWISE | PURE | COMMUTATIVE;
+
+ops! {
+    // ---- constants and index generators
+    /// A dense constant; the result type is the value's type.
+    Constant = "constant", Exactly(0), Exactly(1), [req("value", K::Tensor)], PURE, 0;
+    /// Indices 0, 1, ... along `dimension`, broadcast over the (given) result type.
+    Iota = "iota", Exactly(0), Exactly(1), [req("dimension", K::Int)], PURE, 0;
+
+    // ---- elementwise unary (result type = operand type)
+    /// |x|
+    Abs = "abs", Exactly(1), Exactly(1), [], EW1, 0;
+    /// -x
+    Neg = "neg", Exactly(1), Exactly(1), [], EW1, 0;
+    /// e^x
+    Exp = "exp", Exactly(1), Exactly(1), [], EW1, 0;
+    /// e^x - 1
+    Expm1 = "expm1", Exactly(1), Exactly(1), [], EW1, 0;
+    /// natural log
+    Log = "log", Exactly(1), Exactly(1), [], EW1, 0;
+    /// log(1 + x)
+    Log1p = "log1p", Exactly(1), Exactly(1), [], EW1, 0;
+    /// square root
+    Sqrt = "sqrt", Exactly(1), Exactly(1), [], EW1, 0;
+    /// 1 / sqrt(x)
+    Rsqrt = "rsqrt", Exactly(1), Exactly(1), [], EW1, 0;
+    /// hyperbolic tangent
+    Tanh = "tanh", Exactly(1), Exactly(1), [], EW1, 0;
+    /// 1 / (1 + e^-x)
+    Logistic = "logistic", Exactly(1), Exactly(1), [], EW1, 0;
+    /// sine
+    Sin = "sin", Exactly(1), Exactly(1), [], EW1, 0;
+    /// cosine
+    Cos = "cos", Exactly(1), Exactly(1), [], EW1, 0;
+    /// tangent
+    Tan = "tan", Exactly(1), Exactly(1), [], EW1, 0;
+    /// error function
+    Erf = "erf", Exactly(1), Exactly(1), [], EW1, 0;
+    /// round toward -inf
+    Floor = "floor", Exactly(1), Exactly(1), [], EW1, 0;
+    /// round toward +inf
+    Ceil = "ceil", Exactly(1), Exactly(1), [], EW1, 0;
+    /// round half to even
+    RoundEven = "round_even", Exactly(1), Exactly(1), [], EW1, 0;
+    /// -1, 0 or 1
+    Sign = "sign", Exactly(1), Exactly(1), [], EW1, 0;
+    /// logical not (bool) / bitwise not (integers)
+    Not = "not", Exactly(1), Exactly(1), [], EW1, 0;
+    /// true where x is neither infinite nor NaN; result is bool
+    IsFinite = "is_finite", Exactly(1), Exactly(1), [], EW1, 0;
+    /// element type conversion; the result type has the operand's shape
+    Convert = "convert", Exactly(1), Exactly(1), [], EW1, 0;
+
+    // ---- elementwise binary (operands and result of one type)
+    Add = "add", Exactly(2), Exactly(1), [], EW2C, 0;
+    Sub = "sub", Exactly(2), Exactly(1), [], EW1, 0;
+    Mul = "mul", Exactly(2), Exactly(1), [], EW2C, 0;
+    /// division; integer division truncates toward zero
+    Div = "div", Exactly(2), Exactly(1), [], EW1, 0;
+    /// remainder with the sign of the dividend
+    Rem = "rem", Exactly(2), Exactly(1), [], EW1, 0;
+    Pow = "pow", Exactly(2), Exactly(1), [], EW1, 0;
+    Max = "max", Exactly(2), Exactly(1), [], EW2C, 0;
+    Min = "min", Exactly(2), Exactly(1), [], EW2C, 0;
+    /// logical (bool) or bitwise (integers) and
+    And = "and", Exactly(2), Exactly(1), [], EW2C, 0;
+    Or = "or", Exactly(2), Exactly(1), [], EW2C, 0;
+    Xor = "xor", Exactly(2), Exactly(1), [], EW2C, 0;
+    Atan2 = "atan2", Exactly(2), Exactly(1), [], EW1, 0;
+    /// comparison by `direction` (eq, ne, lt, le, gt, ge); result is bool
+    Compare = "compare", Exactly(2), Exactly(1), [req("direction", K::Str)], EW1, 0;
+    /// pred ? on_true : on_false, element by element (pred is bool of the same shape)
+    Select = "select", Exactly(3), Exactly(1), [], EW1, 0;
+
+    // ---- shape ops
+    /// operand dim i goes to result dim `broadcast_dimensions[i]` (size equal or 1)
+    BroadcastInDim = "broadcast_in_dim", Exactly(1), Exactly(1), [req("broadcast_dimensions", K::Ints)], PURE, 0;
+    /// same elements, row-major, new shape (given by the result type)
+    Reshape = "reshape", Exactly(1), Exactly(1), [], PURE, 0;
+    /// result dim i = operand dim permutation[i]
+    Transpose = "transpose", Exactly(1), Exactly(1), [req("permutation", K::Ints)], PURE, 0;
+    /// static strided slice
+    Slice = "slice", Exactly(1), Exactly(1), [req("start_indices", K::Ints), req("limit_indices", K::Ints), req("strides", K::Ints)], PURE, 0;
+    /// joins operands along `dimension`
+    Concatenate = "concatenate", AtLeast(1), Exactly(1), [req("dimension", K::Int)], PURE, 0;
+    /// pads with the scalar second operand (negative padding crops)
+    Pad = "pad", Exactly(2), Exactly(1), [req("edge_padding_low", K::Ints), req("edge_padding_high", K::Ints), req("interior_padding", K::Ints)], PURE, 0;
+    /// reverses the order of elements along `dimensions`
+    Reverse = "reverse", Exactly(1), Exactly(1), [req("dimensions", K::Ints)], PURE, 0;
+
+    // ---- compute
+    /// generalized matrix product: result dims are batch, lhs free, rhs free; `precision` is
+    /// `default`, `high` or `highest`
+    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", K::Str)], PURE, 0;
+    /// N-d convolution in layout lhs [N, C, spatial...], rhs [O, I, spatial...], result
+    /// [N, O, spatial...]; `padding` is [low0, high0, low1, high1, ...]
+    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", K::Str)], PURE, 0;
+    /// reduction of `dimensions` by `kind` (sum, prod, max, min, and, or); reduced dims removed
+    Reduce = "reduce", Exactly(1), Exactly(1), [req("dimensions", K::Ints), req("kind", K::Str)], PURE, 0;
+    /// index of the max (`kind` = argmax) or min (argmin) along `dimension` (removed), first on
+    /// ties; the result type gives the index dtype
+    ArgReduce = "arg_reduce", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", K::Str)], PURE, 0;
+    /// sliding-window reduction by `kind` (sum, max, min); `padding` is [low0, high0, ...] and pads
+    /// with the kind's identity
+    ReduceWindow = "reduce_window", Exactly(1), Exactly(1), [req("kind", K::Str), req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("base_dilations", K::Ints), req("window_dilations", K::Ints), req("padding", K::Ints)], PURE, 0;
+    /// StableHLO gather (operand, start_indices)
+    Gather = "gather", Exactly(2), Exactly(1), [req("offset_dims", K::Ints), req("collapsed_slice_dims", K::Ints), req("operand_batching_dims", K::Ints), req("start_indices_batching_dims", K::Ints), req("start_index_map", K::Ints), req("index_vector_dim", K::Int), req("slice_sizes", K::Ints)], PURE, 0;
+    /// StableHLO scatter (operand, scatter_indices, updates) combining by `kind` (replace, add,
+    /// mul, max, min)
+    Scatter = "scatter", Exactly(3), Exactly(1), [req("update_window_dims", K::Ints), req("inserted_window_dims", K::Ints), req("input_batching_dims", K::Ints), req("scatter_indices_batching_dims", K::Ints), req("scatter_dims_to_operand_dims", K::Ints), req("index_vector_dim", K::Int), req("kind", K::Str)], PURE, 0;
+    /// For max-pool gradients: scatters `source` (second operand) to the position of each
+    /// window's max in `operand`, adding where windows overlap. Window attributes as in
+    /// reduce_window.
+    SelectAndScatterAdd = "select_and_scatter_add", Exactly(2), Exactly(1), [req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("padding", K::Ints)], PURE, 0;
+    /// sorts along `dimension` (stable); results are the values and the i64 indices
+    Sort = "sort", Exactly(1), Exactly(2), [req("dimension", K::Int), req("descending", K::Bool)], PURE, 0;
+    /// inclusive prefix reduction along `dimension` by `kind` (sum, prod, max, min)
+    Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", K::Str)], PURE, 0;
+
+    // ---- high-level ops (expanded by the emitter; composites later)
+    /// softmax along `dimension`
+    Softmax = "softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;
+    /// log(softmax) along `dimension`
+    LogSoftmax = "log_softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;
+    /// GELU, `approximate` = none (erf) or tanh
+    Gelu = "gelu", Exactly(1), Exactly(1), [req("approximate", K::Str)], ELEMENTWISE | PURE | COMPOSITE, 0;
+    /// normalizes over the trailing `normalized_rank` dims: results (x - mean) * rstd, mean and
+    /// rstd = 1/sqrt(var + epsilon), the latter two with the normalized dims kept as size 1
+    LayerNorm = "layer_norm", Exactly(1), Exactly(3), [req("normalized_rank", K::Int), req("epsilon", K::Float)], PURE | COMPOSITE, 0;
+    /// scaled dot-product attention: q [..., L, E], k [..., S, E], v [..., S, Ev] and an
+    /// optional mask broadcastable to [..., L, S] (bool: keep where true; float: added)
+    Attention = "attention", Between(3, 4), Exactly(1), [req("scale", K::Float), req("is_causal", K::Bool)], PURE | COMPOSITE, 0;
+
+    // ---- terminators
+    /// returns the function's results
+    Return = "return", AtLeast(0), Exactly(0), [], TERMINATOR, 0;
+    /// ends a region of an op, giving its values
+    Yield = "yield", AtLeast(0), Exactly(0), [], TERMINATOR, 0;
+}
+
+impl Opcode {
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+    pub fn has_trait(self, t: u32) -> bool {
+        self.info().traits & t != 0
+    }
+    pub fn is_elementwise(self) -> bool {
+        self.has_trait(ELEMENTWISE)
+    }
+    pub fn is_terminator(self) -> bool {
+        self.has_trait(TERMINATOR)
+    }
+    pub fn is_pure(self) -> bool {
+        self.has_trait(PURE)
+    }
+}
+
+impl fmt::Display for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown op `{0}`")]
+pub struct UnknownOp(pub String);
+
+impl FromStr for Opcode {
+    type Err = UnknownOp;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Opcode::ALL.iter().copied().find(|o| o.name() == s).ok_or_else(|| UnknownOp(s.to_string()))
+    }
+}

@@ -1,0 +1,236 @@
+//! The verifier.
+//!
+//! Checks, collecting every failure rather than stopping at the first:
+//! - each function's body is one block whose arguments match the argument metadata and whose
+//!   last op is `return`; result metadata matches the returned values;
+//! - every op obeys its op-table entry and shape rule ([`crate::infer::check_op`]): operand and
+//!   result counts, attribute presence and kinds, result types, region count;
+//! - terminators end blocks and only end blocks (`return` in function bodies, `yield` in op
+//!   regions);
+//! - SSA: every operand is defined before its use, in the same block or an enclosing one;
+//!   every value's recorded definition matches where it is defined;
+//! - every symbol a type mentions is declared, and symbol names can be printed (no `x`).
+//!
+//! Each error names the op (and its FX provenance when known).
+
+use crate::entity::SecondaryMap;
+use crate::infer::check_op;
+use crate::module::{BlockId, Module, OpId, ValueDef, ValueId};
+use crate::opcode::Opcode;
+use crate::types::{Dim, TensorType};
+use std::fmt;
+
+/// One broken rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyError {
+    pub op: Option<OpId>,
+    /// Op name and provenance, rendered for messages.
+    pub context: String,
+    pub message: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.context.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.context, self.message)
+        }
+    }
+}
+
+/// Verifies a module; `Ok` or every error found.
+pub fn verify(m: &Module) -> Result<(), Vec<VerifyError>> {
+    let mut v = Verifier { m, errors: Vec::new(), defined: SecondaryMap::with_default(false) };
+    v.run();
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(v.errors)
+    }
+}
+
+struct Verifier<'m> {
+    m: &'m Module,
+    errors: Vec<VerifyError>,
+    /// Values visible at the current point.
+    defined: SecondaryMap<ValueId, bool>,
+}
+
+impl Verifier<'_> {
+    fn context(&self, op: OpId) -> String {
+        let name = self.m.ops[op].opcode.name();
+        match self.m.loc(op) {
+            Some(l) => format!("op `{name}` from {l}"),
+            None => format!("op `{name}`"),
+        }
+    }
+
+    fn op_err(&mut self, op: OpId, message: impl Into<String>) {
+        let context = self.context(op);
+        self.errors.push(VerifyError { op: Some(op), context, message: message.into() });
+    }
+
+    fn err(&mut self, context: String, message: impl Into<String>) {
+        self.errors.push(VerifyError { op: None, context, message: message.into() });
+    }
+
+    fn run(&mut self) {
+        for s in self.m.symbols.iter() {
+            let ok = !s.name.is_empty()
+                && !s.name.contains('x')
+                && s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !s.name.starts_with(|c: char| c.is_ascii_digit());
+            if !ok {
+                self.err(String::new(), format!("symbol name `{}` is not printable (letters, digits, `_`, no `x`)", s.name));
+            }
+            if s.max.is_some_and(|mx| mx < s.min) {
+                self.err(String::new(), format!("symbol `{}` has an empty range [{}, {:?}]", s.name, s.min, s.max));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &self.m.funcs {
+            if !names.insert(f.name.as_str()) {
+                self.err(format!("func @{}", f.name), "defined twice");
+            }
+        }
+        for fi in 0..self.m.funcs.len() {
+            self.func(fi);
+        }
+    }
+
+    fn func(&mut self, fi: usize) {
+        let f = &self.m.funcs[fi];
+        let ctx = format!("func @{}", f.name);
+        let blocks = &self.m.regions[f.body].blocks;
+        if blocks.len() != 1 {
+            self.err(ctx, format!("body must have exactly one block, has {}", blocks.len()));
+            return;
+        }
+        let b = blocks[0];
+        if f.args.len() != self.m.blocks[b].args.len() {
+            self.err(
+                ctx.clone(),
+                format!("{} arguments but metadata for {}", self.m.blocks[b].args.len(), f.args.len()),
+            );
+        }
+        self.defined = SecondaryMap::with_default(false);
+        self.block(b, true);
+        match self.m.blocks[b].ops.last() {
+            Some(&last) if self.m.ops[last].opcode == Opcode::Return => {
+                let n = self.m.ops[last].operands.len();
+                if !f.results.is_empty() && f.results.len() != n {
+                    self.err(ctx, format!("returns {n} values but has metadata for {}", f.results.len()));
+                }
+            }
+            _ => self.err(ctx, "body does not end with `return`"),
+        }
+    }
+
+    fn check_type(&mut self, op: Option<OpId>, t: &TensorType) {
+        for d in &t.dims {
+            match d {
+                Dim::Static(n) if *n < 0 => {
+                    let msg = format!("type {t} has a negative dimension");
+                    match op {
+                        Some(op) => self.op_err(op, msg),
+                        None => self.err(String::new(), msg),
+                    }
+                }
+                Dim::Sym(e) => {
+                    for s in e.symbols() {
+                        if self.m.symbols.get(&s).is_none() {
+                            let msg = format!("type {t} uses undeclared symbol `{s}`");
+                            match op {
+                                Some(op) => self.op_err(op, msg),
+                                None => self.err(String::new(), msg),
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn block(&mut self, b: BlockId, in_func_body: bool) {
+        for (i, &a) in self.m.blocks[b].args.iter().enumerate() {
+            if self.m.values[a].def != (ValueDef::BlockArg { block: b, index: i as u32 }) {
+                self.err(format!("block {b}"), format!("argument {i} records a wrong definition"));
+            }
+            let t = self.m.values[a].ty.clone();
+            self.check_type(None, &t);
+            self.defined.set(a, true);
+        }
+        let ops = &self.m.blocks[b].ops;
+        let n = ops.len();
+        for (i, &op) in ops.iter().enumerate() {
+            self.op(op, b, i + 1 == n, in_func_body);
+        }
+    }
+
+    fn op(&mut self, op: OpId, block: BlockId, is_last: bool, in_func_body: bool) {
+        let d = &self.m.ops[op];
+        if d.block != Some(block) {
+            self.op_err(op, format!("records block {:?} but is in {block}", d.block));
+        }
+        for (i, &v) in d.operands.iter().enumerate() {
+            if !self.m.values.is_valid(v) || !self.defined[v] {
+                self.op_err(op, format!("operand {i} ({v}) is not defined before this use"));
+            }
+        }
+        // Terminators.
+        let term = d.opcode.is_terminator();
+        if term && !is_last {
+            self.op_err(op, "terminator in the middle of a block");
+        }
+        if !term && is_last {
+            self.op_err(op, "block does not end with a terminator");
+        }
+        if d.opcode == Opcode::Return && !in_func_body {
+            self.op_err(op, "`return` inside an op region (use `yield`)");
+        }
+        if d.opcode == Opcode::Yield && in_func_body {
+            self.op_err(op, "`yield` in a function body (use `return`)");
+        }
+        // Op table and shape rule.
+        let operand_types: Vec<&TensorType> = d
+            .operands
+            .iter()
+            .filter(|v| self.m.values.is_valid(**v))
+            .map(|&v| &self.m.values[v].ty)
+            .collect();
+        let result_types: Vec<TensorType> = d.results.iter().map(|&v| self.m.values[v].ty.clone()).collect();
+        if operand_types.len() == d.operands.len() {
+            if let Err(e) = check_op(d.opcode, &operand_types, &d.attrs, Some(&result_types)) {
+                self.op_err(op, e);
+            }
+        }
+        if d.regions.len() != d.opcode.info().regions {
+            self.op_err(op, format!("expects {} regions, has {}", d.opcode.info().regions, d.regions.len()));
+        }
+        for t in &result_types {
+            self.check_type(Some(op), t);
+        }
+        for &r in &d.regions.clone() {
+            if self.m.regions[r].parent != Some(op) {
+                self.op_err(op, format!("region {r} records another parent"));
+            }
+            for &b in &self.m.regions[r].blocks.clone() {
+                // Values of a nested region are not visible after it.
+                let saved = self.defined.clone();
+                self.block(b, false);
+                if !matches!(self.m.blocks[b].ops.last().map(|&o| self.m.ops[o].opcode), Some(Opcode::Yield)) {
+                    self.op_err(op, format!("region block {b} does not end with `yield`"));
+                }
+                self.defined = saved;
+            }
+        }
+        for (i, &r) in self.m.ops[op].results.iter().enumerate() {
+            if self.m.values[r].def != (ValueDef::Result { op, index: i as u32 }) {
+                self.op_err(op, format!("result {i} records a wrong definition"));
+            }
+            self.defined.set(r, true);
+        }
+    }
+}

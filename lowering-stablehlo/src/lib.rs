@@ -1,0 +1,1 @@
+//! tpuc-lowering-stablehlo
