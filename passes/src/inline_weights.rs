@@ -1,0 +1,66 @@
+//! `inline-weights`: turns weight arguments of `main` into `constant` ops.
+//!
+//! Needs: a verified module and the weight values by qualified name (parameters, buffers and
+//! constants as the importer found them in the archive).
+//! Guarantees: every `main` argument whose kind is parameter, buffer or constant is replaced by
+//! a `constant` op at the top of the body holding the weight's bytes (shared, not copied); the
+//! remaining arguments keep their order. A weight argument without data is an error naming it;
+//! a weight whose type differs from its argument's type is an error too.
+
+use crate::{Pass, PassError};
+use std::collections::BTreeMap;
+use tpuc_ir::{Attr, Attrs, Module, Opcode, TensorData, ValueDef};
+
+pub struct InlineWeights<'w> {
+    pub weights: &'w BTreeMap<String, TensorData>,
+}
+
+impl Pass for InlineWeights<'_> {
+    fn name(&self) -> &'static str {
+        "inline-weights"
+    }
+
+    fn run(&self, m: &mut Module) -> Result<bool, PassError> {
+        let fail = |message: String| PassError::Failed { pass: "inline-weights".into(), message };
+        let Some(fi) = m.funcs.iter().position(|f| f.name == "main") else {
+            return Ok(false);
+        };
+        let block = m.entry_block(&m.funcs[fi]);
+        let args = m.blocks[block].args.clone();
+        let infos = m.funcs[fi].args.clone();
+        let mut keep_args = Vec::new();
+        let mut keep_infos = Vec::new();
+        let mut inserted = 0;
+        for (arg, info) in args.into_iter().zip(infos) {
+            if !info.kind.is_weight() {
+                keep_args.push(arg);
+                keep_infos.push(info);
+                continue;
+            }
+            let data = self
+                .weights
+                .get(&info.name)
+                .ok_or_else(|| fail(format!("no data for {} `{}` (a bare graph JSON carries no weights)", info.kind.name(), info.name)))?;
+            let ty = m.values[arg].ty.clone();
+            if data.ty != ty {
+                return Err(fail(format!("weight `{}` has type {} but the argument is {ty}", info.name, data.ty)));
+            }
+            let op = m
+                .create_op(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data.clone())), None, &[])
+                .map_err(|e| fail(e.to_string()))?;
+            m.insert_op(block, inserted, op);
+            inserted += 1;
+            let c = m.ops[op].results[0];
+            m.replace_all_uses(arg, c);
+        }
+        if inserted == 0 {
+            return Ok(false);
+        }
+        for (i, &a) in keep_args.iter().enumerate() {
+            m.values[a].def = ValueDef::BlockArg { block, index: i as u32 };
+        }
+        m.blocks[block].args = keep_args;
+        m.funcs[fi].args = keep_infos;
+        Ok(true)
+    }
+}

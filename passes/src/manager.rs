@@ -1,0 +1,111 @@
+//! The pass manager.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tpuc_ir::{print_module, verify, Module, VerifyError};
+
+/// One IR → IR transformation.
+pub trait Pass {
+    /// The name used on the command line and in dumps.
+    fn name(&self) -> &'static str;
+    /// Runs the pass; returns whether the module changed.
+    fn run(&self, module: &mut Module) -> Result<bool, PassError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// The module broke an invariant after a pass (a compiler bug).
+    #[error("IR is invalid after pass `{pass}`:\n{}", render(.errors))]
+    VerifyAfter { pass: String, errors: Vec<VerifyError> },
+    /// The module given to the manager was already invalid.
+    #[error("IR is invalid before the first pass:\n{}", render(.errors))]
+    VerifyBefore { errors: Vec<VerifyError> },
+    /// A pass could not do its job for a reason the user can act on.
+    #[error("pass `{pass}`: {message}")]
+    Failed { pass: String, message: String },
+    #[error("cannot write IR dump {path}: {source}")]
+    Dump { path: PathBuf, source: std::io::Error },
+}
+
+fn render(errors: &[VerifyError]) -> String {
+    errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n")
+}
+
+/// How long a pass took and whether it changed the IR.
+#[derive(Debug, Clone)]
+pub struct PassTiming {
+    pub pass: &'static str,
+    pub elapsed: Duration,
+    pub changed: bool,
+}
+
+/// Runs passes in order with optional verification, printing, dumps and timing.
+pub struct PassManager<'p> {
+    passes: Vec<Box<dyn Pass + 'p>>,
+    /// Verify before the first pass and after every pass.
+    pub verify_each: bool,
+    /// Print the IR to stderr after every pass.
+    pub print_after_all: bool,
+    /// Write `NN-<pass>.tpuc` files with the IR after every pass.
+    pub dump_dir: Option<PathBuf>,
+}
+
+impl Default for PassManager<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'p> PassManager<'p> {
+    /// An empty pipeline; verification after each pass is on in debug builds.
+    pub fn new() -> Self {
+        PassManager { passes: Vec::new(), verify_each: cfg!(debug_assertions), print_after_all: false, dump_dir: None }
+    }
+
+    pub fn add(&mut self, pass: impl Pass + 'p) -> &mut Self {
+        self.passes.push(Box::new(pass));
+        self
+    }
+
+    pub fn pass_names(&self) -> Vec<&'static str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+
+    /// Runs every pass in order. The module is always verified at the end.
+    pub fn run(&self, module: &mut Module) -> Result<Vec<PassTiming>, PassError> {
+        if self.verify_each {
+            verify(module).map_err(|errors| PassError::VerifyBefore { errors })?;
+        }
+        if let Some(dir) = &self.dump_dir {
+            std::fs::create_dir_all(dir).map_err(|source| PassError::Dump { path: dir.clone(), source })?;
+            self.dump(dir, 0, "input", module)?;
+        }
+        let mut timings = Vec::with_capacity(self.passes.len());
+        for (i, pass) in self.passes.iter().enumerate() {
+            let start = Instant::now();
+            let changed = pass.run(module)?;
+            let elapsed = start.elapsed();
+            tracing::debug!(pass = pass.name(), changed, ?elapsed, "pass done");
+            timings.push(PassTiming { pass: pass.name(), elapsed, changed });
+            if self.verify_each {
+                verify(module).map_err(|errors| PassError::VerifyAfter { pass: pass.name().to_string(), errors })?;
+            }
+            if self.print_after_all {
+                eprintln!("// ----- IR after {} -----\n{}", pass.name(), print_module(module));
+            }
+            if let Some(dir) = &self.dump_dir {
+                self.dump(dir, i + 1, pass.name(), module)?;
+            }
+        }
+        if !self.verify_each {
+            let last = self.passes.last().map_or("<none>", |p| p.name());
+            verify(module).map_err(|errors| PassError::VerifyAfter { pass: last.to_string(), errors })?;
+        }
+        Ok(timings)
+    }
+
+    fn dump(&self, dir: &std::path::Path, index: usize, name: &str, module: &Module) -> Result<(), PassError> {
+        let path = dir.join(format!("{index:02}-{name}.tpuc"));
+        std::fs::write(&path, print_module(module)).map_err(|source| PassError::Dump { path, source })
+    }
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Run all tests: setup, cargo build, cargo tests, lit tests, verifier self-test.
+# Exits non-zero on the first failure. Extra env:
+#   TPUC_BIN          tpuc binary for lit (default: <target>/debug/tpuc)
+#   CARGO_TARGET_DIR  honoured as cargo does
+#   TPUC_SKIP_SETUP=1 skip scripts/setup.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+step() { printf '\n==== %s ====\n' "$*"; }
+started=$SECONDS
+current=""
+trap 'rc=$?; if [ $rc -ne 0 ]; then printf "\n==== FAILED: %s (exit %d) ====\n" "$current" "$rc" >&2; fi' EXIT
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+current="setup"
+if [ -z "${TPUC_SKIP_SETUP:-}" ]; then
+  step "setup (scripts/setup.sh)"
+  "$ROOT/scripts/setup.sh"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found" >&2; exit 1; }
+
+current="cargo build"
+step "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+if cargo nextest --version >/dev/null 2>&1; then
+  current="cargo nextest"
+  step "cargo nextest run --workspace"
+  cargo nextest run --workspace --no-tests=pass
+  # nextest does not run doctests.
+  current="cargo test --doc"
+  step "cargo test --workspace --doc"
+  cargo test --workspace --doc
+else
+  current="cargo test"
+  step "cargo test --workspace"
+  cargo test --workspace
+fi
+
+current="lit"
+target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
+export TPUC_BIN="${TPUC_BIN:-$target_dir/debug/tpuc}"
+step "lit -v tests/lit (TPUC_BIN=$TPUC_BIN)"
+"$ROOT/.venv/bin/lit" -v "$ROOT/tests/lit"
+
+current="verifier self-test"
+step "tests/verify_stablehlo.py --self-test"
+"$ROOT/.venv/bin/python" "$ROOT/tests/verify_stablehlo.py" --self-test
+
+current=""
+step "all tests passed ($((SECONDS - started)) s)"
