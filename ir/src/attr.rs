@@ -140,12 +140,22 @@ fn f8_from_f64_generic(f: f64, decode: fn(u8) -> f64) -> u8 {
 }
 
 fn f8e4m3fn_from_f64(f: f64) -> u8 {
+    // As PyTorch converts: f8E4M3FN has no infinity, and magnitudes of 480 or more (past the
+    // rounding midpoint above the largest finite value 448) become NaN rather than saturating.
+    if f.is_nan() || f.abs() >= 480.0 {
+        return if f.is_sign_negative() && !f.is_nan() { 0xFF } else { 0x7F };
+    }
     f8_from_f64_generic(f, f8e4m3fn_to_f64)
 }
 
 fn f8e5m2_from_f64(f: f64) -> u8 {
     if f.is_nan() {
         return 0x7E;
+    }
+    // As in f16: from halfway past the largest finite value (57344) on, round to infinity
+    // (which the nearest-value search below would never pick).
+    if f.abs() >= 61440.0 {
+        return if f < 0.0 { 0xFC } else { 0x7C };
     }
     f8_from_f64_generic(f, f8e5m2_to_f64)
 }

@@ -185,7 +185,7 @@ pub fn check_op(
     for spec in info.attrs {
         match attrs.get(spec.name) {
             Some(a) if !spec.kind.matches(a) => {
-                return fail(format!("attribute `{}` must be a {}, got a {}", spec.name, spec.kind.name(), a.kind_name()))
+                return fail(format!("attribute `{}` must be of kind {}, got {}", spec.name, spec.kind.name(), a.kind_name()))
             }
             None if spec.required => return fail(format!("missing required attribute `{}`", spec.name)),
             _ => {}
@@ -312,6 +312,10 @@ fn infer(
             if t.dtype != ops[0].dtype {
                 return fail("reshape changes the dtype");
             }
+            // The count comparison below is modulo 2^64; a static count must not overflow.
+            if [t, ops[0]].iter().any(|x| x.is_static() && x.num_elements().is_none()) {
+                return fail(format!("reshape element count overflows: {} to {t}", ops[0]));
+            }
             if t.num_elements_expr() != ops[0].num_elements_expr() {
                 return fail(format!("reshape changes the element count: {} to {t}", ops[0]));
             }
@@ -349,7 +353,8 @@ fn infer(
                     }
                     Dim::Static(_) => {}
                 }
-                dims.push(Dim::Static((l[i] - s[i] + st[i] - 1) / st[i]));
+                let len = l[i] - s[i];
+                dims.push(Dim::Static(len / st[i] + i64::from(len % st[i] != 0)));
             }
             one(ops[0].with_dims(dims))
         }
@@ -394,7 +399,10 @@ fn infer(
                 let d = &ops[0].dims[i];
                 let grown = match d {
                     Dim::Static(n) => {
-                        let v = n + lo[i] + hi[i] + (n - 1).max(0) * int_[i];
+                        // In i128 so that no attribute values can overflow.
+                        let w = |x: i64| x as i128;
+                        let v = w(*n) + w(lo[i]) + w(hi[i]) + (w(*n) - 1).max(0) * w(int_[i]);
+                        let v = i64::try_from(v).map_err(|_| format!("padding of dim {i} overflows"))?;
                         if v < 0 {
                             return fail(format!("padding makes dim {i} negative"));
                         }
@@ -404,7 +412,8 @@ fn infer(
                         if int_[i] != 0 {
                             return fail("interior padding of a symbolic dim");
                         }
-                        Dim::from_expr(e.add(&crate::sym::SymExpr::constant(lo[i] + hi[i])))
+                        let both = lo[i].checked_add(hi[i]).ok_or_else(|| format!("padding of dim {i} overflows"))?;
+                        Dim::from_expr(e.add(&crate::sym::SymExpr::constant(both)))
                     }
                 };
                 dims.push(grown);
@@ -564,13 +573,18 @@ fn window_out(size: i64, lo: i64, hi: i64, window: i64, stride: i64, base_dil: i
     if stride <= 0 || window <= 0 || base_dil <= 0 || win_dil <= 0 {
         return fail("window sizes, strides and dilations must be positive");
     }
-    let dilated_in = if size == 0 { 0 } else { (size - 1) * base_dil + 1 };
-    let padded = dilated_in + lo + hi;
-    let dilated_w = (window - 1) * win_dil + 1;
+    if size < 0 {
+        return fail(format!("negative size {size}"));
+    }
+    // In i128 so that no attribute values can overflow.
+    let w = |x: i64| x as i128;
+    let dilated_in = if size == 0 { 0 } else { (w(size) - 1) * w(base_dil) + 1 };
+    let padded = dilated_in + w(lo) + w(hi);
+    let dilated_w = (w(window) - 1) * w(win_dil) + 1;
     if padded < dilated_w {
         return Ok(0);
     }
-    Ok((padded - dilated_w) / stride + 1)
+    i64::try_from((padded - dilated_w) / w(stride) + 1).or_else(|_| fail("window output size overflows"))
 }
 
 fn infer_reduce_window_shape(
@@ -621,7 +635,7 @@ fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorTy
     let c = dim_static(&lhs.dims[1], "input feature dim")?;
     let i = dim_static(&rhs.dims[1], "kernel input feature dim")?;
     let o = dim_static(&rhs.dims[0], "kernel output feature dim")?;
-    if c != i * fgc {
+    if i.checked_mul(fgc) != Some(c) {
         return fail(format!("input features {c} != kernel input features {i} * feature_group_count {fgc}"));
     }
     if o % fgc != 0 || o % bgc != 0 {

@@ -343,11 +343,16 @@ impl<'a> Parser<'a> {
         self.expect("->")?;
         self.expect("(")?;
         let mut results = Vec::new();
+        // A function whose results carry no metadata (the printer writes none when the
+        // function has none) keeps none, so print → parse → print is the identity.
+        let mut any_result_meta = false;
         if !self.eat(")") {
             loop {
                 let _ty = self.tensor_type()?;
                 let mpos = self.pos;
-                let info = match self.meta()? {
+                let meta = self.meta()?;
+                any_result_meta |= meta.is_some();
+                let info = match meta {
                     Some((kind, name)) => ResultInfo {
                         kind: ResultKind::parse(&kind)
                             .ok_or_else(|| self.err_at(mpos, format!("unknown result kind `{kind}`")))?,
@@ -361,6 +366,9 @@ impl<'a> Parser<'a> {
                 }
                 self.expect(",")?;
             }
+        }
+        if !any_result_meta {
+            results.clear();
         }
         let (fi, block) = self.m.add_func(&name, args);
         self.m.funcs[fi].results = results;
@@ -599,6 +607,24 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// An unsigned integer too large for i64 (consumed when it is one, else nothing is).
+    fn big_uint(&mut self) -> Option<u64> {
+        self.ws();
+        let start = self.pos;
+        let end = start + self.src[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if matches!(self.src.get(end), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        let tok = &self.text[start..end];
+        match (tok.parse::<i64>(), tok.parse::<u64>()) {
+            (Err(_), Ok(u)) => {
+                self.pos = end;
+                Some(u)
+            }
+            _ => None,
+        }
+    }
+
     fn dense(&mut self) -> PResult<TensorData> {
         self.keyword("dense")?;
         self.expect("<")?;
@@ -613,11 +639,15 @@ impl<'a> Parser<'a> {
                 let hex = s.strip_prefix("0x").ok_or_else(|| self.err_at(vpos, "dense data must start with 0x"))?;
                 V::Hex(decode_hex(hex).ok_or_else(|| self.err_at(vpos, "bad hex in dense data"))?)
             }
-            _ => match self.attr()? {
-                Attr::Bool(b) => V::Scalar(Scalar::Bool(b)),
-                Attr::Int(i) => V::Scalar(Scalar::Int(i)),
-                Attr::Float(f) => V::Scalar(Scalar::Float(f)),
-                _ => return Err(self.err_at(vpos, "expected a scalar or hex string in dense<...>")),
+            // u64 splats above i64::MAX print as plain unsigned integers.
+            _ => match self.big_uint() {
+                Some(u) => V::Scalar(Scalar::UInt(u)),
+                None => match self.attr()? {
+                    Attr::Bool(b) => V::Scalar(Scalar::Bool(b)),
+                    Attr::Int(i) => V::Scalar(Scalar::Int(i)),
+                    Attr::Float(f) => V::Scalar(Scalar::Float(f)),
+                    _ => return Err(self.err_at(vpos, "expected a scalar or hex string in dense<...>")),
+                },
             },
         };
         self.expect(">")?;

@@ -26,7 +26,7 @@ struct Term {
     coeff: i64,
 }
 
-/// A canonical integer polynomial over symbols.
+/// A canonical integer polynomial over symbols. Coefficient arithmetic wraps on overflow.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct SymExpr {
     terms: Vec<Term>,
@@ -66,7 +66,8 @@ impl SymExpr {
     fn to_map(&self) -> BTreeMap<Vec<Atom>, i64> {
         let mut m = BTreeMap::new();
         for t in &self.terms {
-            *m.entry(t.atoms.clone()).or_insert(0) += t.coeff;
+            let c = m.entry(t.atoms.clone()).or_insert(0);
+            *c = i64::wrapping_add(*c, t.coeff);
         }
         m
     }
@@ -94,13 +95,14 @@ impl SymExpr {
     pub fn add(&self, other: &SymExpr) -> SymExpr {
         let mut m = self.to_map();
         for t in &other.terms {
-            *m.entry(t.atoms.clone()).or_insert(0) += t.coeff;
+            let c = m.entry(t.atoms.clone()).or_insert(0);
+            *c = i64::wrapping_add(*c, t.coeff);
         }
         Self::from_map(m)
     }
 
     pub fn neg(&self) -> SymExpr {
-        SymExpr { terms: self.terms.iter().map(|t| Term { atoms: t.atoms.clone(), coeff: -t.coeff }).collect() }
+        SymExpr { terms: self.terms.iter().map(|t| Term { atoms: t.atoms.clone(), coeff: t.coeff.wrapping_neg() }).collect() }
     }
 
     pub fn sub(&self, other: &SymExpr) -> SymExpr {
@@ -114,7 +116,8 @@ impl SymExpr {
                 let mut atoms = a.atoms.clone();
                 atoms.extend(b.atoms.iter().cloned());
                 atoms.sort();
-                *m.entry(atoms).or_insert(0) += a.coeff.wrapping_mul(b.coeff);
+                let c = m.entry(atoms).or_insert(0);
+                *c = i64::wrapping_add(*c, a.coeff.wrapping_mul(b.coeff));
             }
         }
         Self::from_map(m)

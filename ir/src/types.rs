@@ -45,14 +45,14 @@ impl Dim {
 
     pub fn mul(&self, other: &Dim) -> Dim {
         match (self, other) {
-            (Dim::Static(a), Dim::Static(b)) => Dim::Static(a * b),
+            (Dim::Static(a), Dim::Static(b)) => Dim::Static(a.wrapping_mul(*b)),
             _ => Dim::from_expr(self.to_expr().mul(&other.to_expr())),
         }
     }
 
     pub fn add(&self, other: &Dim) -> Dim {
         match (self, other) {
-            (Dim::Static(a), Dim::Static(b)) => Dim::Static(a + b),
+            (Dim::Static(a), Dim::Static(b)) => Dim::Static(a.wrapping_add(*b)),
             _ => Dim::from_expr(self.to_expr().add(&other.to_expr())),
         }
     }
@@ -123,9 +123,10 @@ impl TensorType {
         self.dims.iter().fold(SymExpr::constant(1), |acc, d| acc.mul(&d.to_expr()))
     }
 
-    /// Size in bytes if static.
+    /// Size in bytes if static (`None` also for a negative dim or a size that overflows).
     pub fn size_bytes(&self) -> Option<usize> {
-        self.num_elements().map(|n| n as usize * self.dtype.size_bytes())
+        let n = usize::try_from(self.num_elements()?).ok()?;
+        n.checked_mul(self.dtype.size_bytes())
     }
 
     pub fn with_dtype(&self, dtype: DType) -> Self {
