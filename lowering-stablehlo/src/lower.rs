@@ -1,0 +1,384 @@
+//! One IR op → StableHLO. Primitive ops map one to one (with bool and unsigned special cases);
+//! region-carrying ops go to [`crate::reduce`], high-level ops to [`crate::expand`].
+
+use crate::emitter::{Emitter, Ty, V};
+use crate::literal::Lit;
+use crate::EmitError;
+use smallvec::{smallvec, SmallVec};
+use std::fmt::Write;
+use tpuc_ir::{Attrs, DType, OpId, Opcode};
+
+type Results = SmallVec<[V; 3]>;
+
+fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
+    a.ints(name).unwrap_or(&[])
+}
+
+fn int(a: &Attrs, name: &str) -> i64 {
+    a.int(name).unwrap_or(0)
+}
+
+fn s<'a>(a: &'a Attrs, name: &str) -> &'a str {
+    a.str(name).unwrap_or("")
+}
+
+/// `default` → `DEFAULT`, ...
+fn precision(a: &Attrs) -> Option<&'static str> {
+    a.str("precision").map(|p| match p {
+        "high" => "HIGH",
+        "highest" => "HIGHEST",
+        _ => "DEFAULT",
+    })
+}
+
+impl Emitter<'_> {
+    /// Lowers one op of a function body (not `return`) and names its results.
+    pub fn lower_op(&mut self, op: OpId) -> Result<(), EmitError> {
+        let m = self.m;
+        let d = m.op(op);
+        let a = &d.attrs;
+        let xs: SmallVec<[V; 4]> = d.operands.iter().map(|&v| self.get(v)).collect();
+        let ts: SmallVec<[Ty; 4]> = d.operands.iter().map(|&v| self.ty_of(v)).collect();
+        let rt = d
+            .results
+            .first()
+            .map(|&r| self.ty_of(r))
+            .unwrap_or_else(|| Ty::scalar(DType::F32));
+        use Opcode::*;
+        let results: Results = match d.opcode {
+            Constant => {
+                let data = a.tensor("value").expect("verified constant has a value");
+                smallvec![self.constant(data, &rt)]
+            }
+            Iota => smallvec![self.iota(int(a, "dimension"), &rt)],
+
+            Abs if rt.dt.is_unsigned_int() => smallvec![xs[0]],
+            Abs if rt.dt.is_complex() => {
+                return Err(self.unsupported("abs of a complex tensor has a real result type"))
+            }
+            Floor | Ceil | RoundEven | IsFinite if ts[0].dt.is_complex() => {
+                return Err(
+                    self.unsupported("StableHLO defines it on real floats only, not on complex")
+                )
+            }
+            Sign if rt.dt.is_unsigned_int() => {
+                // 0 stays 0, everything else is 1.
+                let zero = self.splat(&rt, Lit::I(0));
+                let nz = self.compare("NE", xs[0], zero, &rt);
+                smallvec![self.convert(nz, &rt.with_dt(DType::Bool), rt.dt)]
+            }
+            Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos
+            | Tan | Floor | Ceil | RoundEven | Sign | Not => {
+                let name = match d.opcode {
+                    Abs => "abs",
+                    Neg => "negate",
+                    Exp => "exponential",
+                    Expm1 => "exponential_minus_one",
+                    Log => "log",
+                    Log1p => "log_plus_one",
+                    Sqrt => "sqrt",
+                    Rsqrt => "rsqrt",
+                    Tanh => "tanh",
+                    Logistic => "logistic",
+                    Sin => "sine",
+                    Cos => "cosine",
+                    Tan => "tan",
+                    Floor => "floor",
+                    Ceil => "ceil",
+                    RoundEven => "round_nearest_even",
+                    Sign => "sign",
+                    _ => "not",
+                };
+                smallvec![self.unary(name, xs[0], &rt)]
+            }
+            IsFinite => smallvec![self.unary_to("is_finite", xs[0], &ts[0], &rt)],
+            Convert => smallvec![self.convert(xs[0], &ts[0], rt.dt)],
+            Erf => smallvec![self.erf(xs[0], &rt)?],
+
+            Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Atan2 => {
+                let name = if rt.dt.is_bool() {
+                    match d.opcode {
+                        Add | Max | Or => "or",
+                        Mul | Min | And => "and",
+                        Xor => "xor",
+                        _ => {
+                            return Err(self.unsupported(
+                                "arithmetic on bool tensors (convert to an integer type first)",
+                            ))
+                        }
+                    }
+                } else {
+                    match d.opcode {
+                        Add => "add",
+                        Sub => "subtract",
+                        Mul => "multiply",
+                        Div => "divide",
+                        Rem => "remainder",
+                        Pow => "power",
+                        Max => "maximum",
+                        Min => "minimum",
+                        And => "and",
+                        Or => "or",
+                        Xor => "xor",
+                        _ => "atan2",
+                    }
+                };
+                smallvec![self.binary(name, xs[0], xs[1], &rt)]
+            }
+            Compare => {
+                let dir = match s(a, "direction") {
+                    "eq" => "EQ",
+                    "ne" => "NE",
+                    "lt" => "LT",
+                    "le" => "LE",
+                    "gt" => "GT",
+                    _ => "GE",
+                };
+                smallvec![self.compare(dir, xs[0], xs[1], &ts[0])]
+            }
+            Select => smallvec![self.select(xs[0], xs[1], xs[2], &rt)],
+
+            BroadcastInDim => smallvec![self.broadcast_in_dim(
+                xs[0],
+                &ts[0],
+                ints(a, "broadcast_dimensions"),
+                &rt
+            )],
+            Reshape => smallvec![self.reshape(xs[0], &ts[0], &rt)],
+            Transpose => smallvec![self.transpose(xs[0], &ts[0], ints(a, "permutation"), &rt)],
+            Slice => smallvec![self.slice(xs[0], &ts[0], a, &rt)],
+            Concatenate => smallvec![self.concatenate(&xs, &ts, int(a, "dimension"), &rt)],
+            Pad => smallvec![self.pad(xs[0], xs[1], &ts[0], a, &rt)],
+            Reverse => {
+                let r = self.def();
+                self.s("stablehlo.reverse ");
+                self.val(xs[0]);
+                self.s(", dims = ");
+                self.ints(ints(a, "dimensions"));
+                self.s(" : ");
+                self.ty(&rt);
+                self.end();
+                smallvec![r]
+            }
+
+            DotGeneral => smallvec![self.dot_general(
+                xs[0],
+                xs[1],
+                (&ts[0], &ts[1]),
+                (
+                    ints(a, "lhs_batching_dimensions"),
+                    ints(a, "rhs_batching_dimensions")
+                ),
+                (
+                    ints(a, "lhs_contracting_dimensions"),
+                    ints(a, "rhs_contracting_dimensions")
+                ),
+                precision(a),
+                &rt,
+            )],
+            Convolution => smallvec![self.convolution(xs[0], xs[1], (&ts[0], &ts[1]), a, &rt)],
+            Reduce => {
+                smallvec![self.reduce(xs[0], &ts[0], s(a, "kind"), ints(a, "dimensions"), &rt)?]
+            }
+            ArgReduce => smallvec![self.arg_reduce(
+                xs[0],
+                &ts[0],
+                int(a, "dimension"),
+                s(a, "kind") == "argmax",
+                &rt
+            )?],
+            ReduceWindow => smallvec![self.reduce_window(xs[0], &ts[0], a, &rt)?],
+            Gather => smallvec![self.gather(xs[0], xs[1], (&ts[0], &ts[1]), a, &rt)],
+            Scatter => {
+                smallvec![self.scatter((xs[0], xs[1], xs[2]), (&ts[0], &ts[1], &ts[2]), a, &rt)?]
+            }
+            SelectAndScatterAdd => {
+                smallvec![self.select_and_scatter_add(xs[0], xs[1], (&ts[0], &ts[1]), a)?]
+            }
+            Sort => {
+                let (v, i) = self.sort(
+                    xs[0],
+                    &ts[0],
+                    int(a, "dimension"),
+                    a.bool("descending").unwrap_or(false),
+                )?;
+                smallvec![v, i]
+            }
+            Scan => smallvec![self.scan(xs[0], &ts[0], int(a, "dimension"), s(a, "kind"))?],
+
+            Softmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), false)],
+            LogSoftmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), true)],
+            Gelu => smallvec![self.gelu(xs[0], &rt, s(a, "approximate") == "tanh")?],
+            LayerNorm => {
+                let eps = a.float("epsilon").unwrap_or(1e-5);
+                let (y, mean, rstd) =
+                    self.layer_norm(xs[0], &rt, int(a, "normalized_rank") as usize, eps)?;
+                smallvec![y, mean, rstd]
+            }
+            Attention => {
+                let mask = (xs.len() > 3).then(|| (xs[3], ts[3].clone()));
+                let scale = a.float("scale").unwrap_or(1.0);
+                smallvec![self.attention(
+                    (xs[0], xs[1], xs[2]),
+                    (&ts[0], &ts[1], &ts[2]),
+                    mask,
+                    scale,
+                    a.bool("is_causal").unwrap_or(false),
+                )?]
+            }
+            Return | Yield => return Err(self.unsupported("terminator outside its place")),
+        };
+        for (&r, &v) in d.results.iter().zip(results.iter()) {
+            self.set(r, v);
+        }
+        Ok(())
+    }
+
+    /// `stablehlo.slice %x [0:1, 0:3:2]`
+    fn slice(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
+        let (st, li, sd) = (
+            ints(a, "start_indices"),
+            ints(a, "limit_indices"),
+            ints(a, "strides"),
+        );
+        let r = self.def();
+        self.s("stablehlo.slice ");
+        self.val(x);
+        self.s(" [");
+        for i in 0..st.len() {
+            if i > 0 {
+                self.s(", ");
+            }
+            let _ = write!(self.out, "{}:{}", st[i], li[i]);
+            if sd[i] != 1 {
+                let _ = write!(self.out, ":{}", sd[i]);
+            }
+        }
+        self.s("] : ");
+        self.fn_ty(&[ty], rt);
+        self.end();
+        r
+    }
+
+    fn concatenate(&mut self, xs: &[V], ts: &[Ty], dim: i64, rt: &Ty) -> V {
+        let r = self.def();
+        self.s("stablehlo.concatenate ");
+        for (i, &x) in xs.iter().enumerate() {
+            if i > 0 {
+                self.s(", ");
+            }
+            self.val(x);
+        }
+        let _ = write!(self.out, ", dim = {dim} : ");
+        let refs: SmallVec<[&Ty; 4]> = ts.iter().collect();
+        self.fn_ty(&refs, rt);
+        self.end();
+        r
+    }
+
+    fn pad(&mut self, x: V, value: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
+        let r = self.def();
+        self.s("stablehlo.pad ");
+        self.val(x);
+        self.s(", ");
+        self.val(value);
+        self.s(", low = ");
+        self.ints(ints(a, "edge_padding_low"));
+        self.s(", high = ");
+        self.ints(ints(a, "edge_padding_high"));
+        self.s(", interior = ");
+        self.ints(ints(a, "interior_padding"));
+        self.s(" : ");
+        self.fn_ty(&[ty, &Ty::scalar(ty.dt)], rt);
+        self.end();
+        r
+    }
+
+    /// Layout [b, f, 0, 1, ...] x [o, i, 0, 1, ...] -> [b, f, 0, 1, ...].
+    fn convolution(&mut self, lhs: V, rhs: V, (tl, tr): (&Ty, &Ty), a: &Attrs, rt: &Ty) -> V {
+        let sp = tl.rank().saturating_sub(2);
+        let r = self.def();
+        self.s("stablehlo.convolution(");
+        self.val(lhs);
+        self.s(", ");
+        self.val(rhs);
+        let spatial = |e: &mut Self| {
+            for i in 0..sp {
+                let _ = write!(e.out, ", {i}");
+            }
+        };
+        self.s(") dim_numbers = [b, f");
+        spatial(self);
+        self.s("]x[o, i");
+        spatial(self);
+        self.s("]->[b, f");
+        spatial(self);
+        self.s("], window = {stride = ");
+        self.ints(ints(a, "window_strides"));
+        self.s(", pad = [");
+        let pad = ints(a, "padding");
+        for i in 0..pad.len() / 2 {
+            if i > 0 {
+                self.s(", ");
+            }
+            let _ = write!(self.out, "[{}, {}]", pad[2 * i], pad[2 * i + 1]);
+        }
+        self.s("], lhs_dilate = ");
+        self.ints(ints(a, "lhs_dilation"));
+        self.s(", rhs_dilate = ");
+        self.ints(ints(a, "rhs_dilation"));
+        let _ = write!(
+            self.out,
+            "}} {{batch_group_count = {} : i64, feature_group_count = {} : i64",
+            int(a, "batch_group_count"),
+            int(a, "feature_group_count")
+        );
+        if let Some(p) = precision(a) {
+            let _ = write!(
+                self.out,
+                ", precision_config = [#stablehlo<precision {p}>, #stablehlo<precision {p}>]"
+            );
+        }
+        self.s("} : ");
+        self.fn_ty(&[tl, tr], rt);
+        self.end();
+        r
+    }
+
+    fn gather(&mut self, x: V, idx: V, (tx, ti): (&Ty, &Ty), a: &Attrs, rt: &Ty) -> V {
+        let r = self.def();
+        self.s("\"stablehlo.gather\"(");
+        self.val(x);
+        self.s(", ");
+        self.val(idx);
+        self.s(") <{dimension_numbers = #stablehlo.gather<");
+        let mut first = true;
+        for name in [
+            "offset_dims",
+            "collapsed_slice_dims",
+            "operand_batching_dims",
+            "start_indices_batching_dims",
+            "start_index_map",
+        ] {
+            let v = ints(a, name);
+            if !v.is_empty() {
+                self.s(if first { "" } else { ", " });
+                first = false;
+                self.s(name);
+                self.s(" = ");
+                self.ints(v);
+            }
+        }
+        let _ = write!(
+            self.out,
+            "{}index_vector_dim = {}>, indices_are_sorted = false, slice_sizes = ",
+            if first { "" } else { ", " },
+            int(a, "index_vector_dim")
+        );
+        self.array_i64(ints(a, "slice_sizes"));
+        self.s("}> : ");
+        self.fn_ty(&[tx, ti], rt);
+        self.end();
+        r
+    }
+}
