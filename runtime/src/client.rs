@@ -1,0 +1,216 @@
+//! Clients, their devices and device buffers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::executable::{LoadedExecutable, Program};
+use crate::options::CompileOptions;
+use crate::plugin::Plugin;
+use crate::sys::{DevicePtr, RawBuffer, RawClient};
+use crate::types::{DeviceDescription, ElementType, Shape};
+
+/// A PJRT client: the devices of one plugin in this process. Cheap to clone (shared);
+/// destroyed when the last clone, buffer and loaded executable of it are gone.
+#[derive(Clone)]
+pub struct Client {
+    plugin: Plugin,
+    raw: Arc<RawClient>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("plugin", &self.plugin.path())
+            .finish()
+    }
+}
+
+impl Client {
+    pub(crate) fn new(plugin: Plugin, raw: Arc<RawClient>) -> Client {
+        Client { plugin, raw }
+    }
+
+    pub(crate) fn raw(&self) -> &Arc<RawClient> {
+        &self.raw
+    }
+
+    /// The plugin this client belongs to.
+    pub fn plugin(&self) -> Plugin {
+        self.plugin
+    }
+
+    /// `cpu`, `tpu`, `cuda`...
+    pub fn platform_name(&self) -> Result<String> {
+        self.raw.platform_name()
+    }
+
+    /// Platform-specific version text (e.g. the libtpu or CUDA version).
+    pub fn platform_version(&self) -> Result<String> {
+        self.raw.platform_version()
+    }
+
+    /// The devices this client can run on, in the plugin's order.
+    pub fn devices(&self) -> Result<Vec<Device>> {
+        self.raw
+            .addressable_devices()?
+            .into_iter()
+            .map(|ptr| self.device(ptr))
+            .collect()
+    }
+
+    pub(crate) fn device(&self, ptr: DevicePtr) -> Result<Device> {
+        let (description, local_hardware_id) = self.raw.device_info(ptr)?;
+        Ok(Device {
+            client: Arc::clone(&self.raw),
+            ptr,
+            description,
+            local_hardware_id,
+        })
+    }
+
+    /// Compiles a program for this client's devices (`PJRT_Client_Compile`).
+    pub fn compile(
+        &self,
+        program: &Program<'_>,
+        options: &CompileOptions,
+    ) -> Result<LoadedExecutable> {
+        let raw = self
+            .raw
+            .compile(program.code(), program.format(), &options.to_proto_bytes())?;
+        LoadedExecutable::new(self.clone(), Arc::new(raw))
+    }
+
+    /// Loads an executable from [`crate::Executable::serialize`] bytes
+    /// (`PJRT_Executable_DeserializeAndLoad`). The bytes must come from the same plugin build.
+    pub fn deserialize(&self, serialized: &[u8]) -> Result<LoadedExecutable> {
+        let raw = self.raw.deserialize_and_load(serialized)?;
+        LoadedExecutable::new(self.clone(), Arc::new(raw))
+    }
+
+    /// Copies dense, row-major, little-endian host data to a device (the client's first device
+    /// when `device` is `None`). Returns once the plugin no longer reads `data`.
+    pub fn buffer_from_host(
+        &self,
+        data: &[u8],
+        element_type: ElementType,
+        dims: &[i64],
+        device: Option<&Device>,
+    ) -> Result<Buffer> {
+        if let Some(&d) = dims.iter().find(|&&d| d < 0) {
+            return Err(Error::InvalidArgument(format!(
+                "negative dimension {d} in {dims:?}"
+            )));
+        }
+        let count = dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize));
+        let expected = count.and_then(|c| c.checked_mul(element_type.size_in_bytes()));
+        if expected != Some(data.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes given for a {dims:?} {element_type} array, which needs {}",
+                data.len(),
+                expected.map_or_else(|| "more than usize::MAX".to_string(), |e| e.to_string())
+            )));
+        }
+        let ptr = match device {
+            Some(d) if Arc::ptr_eq(&d.client, &self.raw) => d.ptr,
+            Some(d) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} belongs to another client",
+                    d.description.display
+                )))
+            }
+            None => *self.raw.addressable_devices()?.first().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "client of {} has no addressable device",
+                    self.plugin.path().display()
+                ))
+            })?,
+        };
+        let raw = self
+            .raw
+            .buffer_from_host(data, element_type.to_pjrt(), dims, ptr)?;
+        Ok(Buffer { raw })
+    }
+}
+
+/// One addressable device of a client.
+#[derive(Clone)]
+pub struct Device {
+    client: Arc<RawClient>,
+    ptr: DevicePtr,
+    description: DeviceDescription,
+    local_hardware_id: i32,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("id", &self.description.id)
+            .field("kind", &self.description.kind)
+            .field("local_hardware_id", &self.local_hardware_id)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Unique among the platform's devices.
+    pub fn id(&self) -> i32 {
+        self.description.id
+    }
+
+    /// Vendor string, e.g. `cpu`.
+    pub fn kind(&self) -> &str {
+        &self.description.kind
+    }
+
+    /// The plugin's device number on this host, -1 if it has none.
+    pub fn local_hardware_id(&self) -> i32 {
+        self.local_hardware_id
+    }
+
+    pub fn description(&self) -> &DeviceDescription {
+        &self.description
+    }
+}
+
+/// An array on a device. Freed when dropped; keeps its client alive.
+pub struct Buffer {
+    raw: RawBuffer,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.shape() {
+            Ok(shape) => write!(f, "Buffer({shape})"),
+            Err(_) => f.write_str("Buffer(?)"),
+        }
+    }
+}
+
+impl Buffer {
+    pub(crate) fn from_raw(raw: RawBuffer) -> Buffer {
+        Buffer { raw }
+    }
+
+    pub(crate) fn raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
+    /// Element type and dimensions.
+    pub fn shape(&self) -> Result<Shape> {
+        let raw_type = self.raw.element_type()?;
+        Ok(Shape {
+            element_type: ElementType::from_pjrt(raw_type).ok_or(raw_type),
+            dims: self.raw.dims()?,
+        })
+    }
+
+    /// Copies the array to a new dense, row-major `Vec<u8>` and waits for the copy (one
+    /// device-to-host copy, straight into the vector).
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        let rank = self.raw.dims()?.len();
+        self.raw.to_host(rank)
+    }
+}
