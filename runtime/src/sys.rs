@@ -1095,38 +1095,76 @@ impl RawBuffer {
     /// Copies the buffer into a new dense, row-major `Vec<u8>` (one copy, straight into the
     /// vector), waiting for the transfer.
     pub(crate) fn to_host(&self, rank: usize) -> Result<Vec<u8>> {
+        self.start_to_host(rank, None)?.finish()
+    }
+
+    /// Starts a device-to-host copy into a new vector and returns without waiting, so several
+    /// copies can be in flight at once. `size` is the dense row-major byte size when the caller
+    /// knows it (saves asking the plugin).
+    pub(crate) fn start_to_host(&self, rank: usize, size: Option<usize>) -> Result<PendingHost> {
         // Ask for row-major explicitly: a device's own layout may be tiled or permuted.
         let minor_to_major: Vec<i64> = (0..rank as i64).rev().collect();
-        let mut layout = zeroed::<ffi::PJRT_Buffer_MemoryLayout>();
+        let mut layout = Box::new(zeroed::<ffi::PJRT_Buffer_MemoryLayout>());
         layout.type_ = ffi::PJRT_Buffer_MemoryLayout_Type_Tiled;
         let mut tiled = zeroed::<ffi::PJRT_Buffer_MemoryLayout_Tiled>();
         tiled.minor_to_major = minor_to_major.as_ptr();
         tiled.minor_to_major_size = minor_to_major.len();
         layout.layout.tiled = tiled;
 
-        // First call: the size needed.
-        let mut q = Padded::<ffi::PJRT_Buffer_ToHostBuffer_Args>::new();
-        q.src = self.ptr.as_ptr();
-        q.host_layout = &mut layout;
-        let result = call!(self.api, PJRT_Buffer_ToHostBuffer, q.ptr());
-        drop(RawEvent::new(self.api, q.event));
-        result?;
-        let size = q.dst_size;
+        let size = match size {
+            Some(n) => n,
+            None => {
+                // A call without a destination answers the size needed.
+                let mut q = Padded::<ffi::PJRT_Buffer_ToHostBuffer_Args>::new();
+                q.src = self.ptr.as_ptr();
+                q.host_layout = &mut *layout;
+                let result = call!(self.api, PJRT_Buffer_ToHostBuffer, q.ptr());
+                drop(RawEvent::new(self.api, q.event));
+                result?;
+                q.dst_size
+            }
+        };
 
         let mut out: Vec<u8> = Vec::with_capacity(size);
         let mut a = Padded::<ffi::PJRT_Buffer_ToHostBuffer_Args>::new();
         a.src = self.ptr.as_ptr();
-        a.host_layout = &mut layout;
+        a.host_layout = &mut *layout;
         a.dst = out.as_mut_ptr().cast::<c_void>();
         a.dst_size = size;
         let result = call!(self.api, PJRT_Buffer_ToHostBuffer, a.ptr());
         let event = RawEvent::new(self.api, a.event);
         result?;
-        if let Some(event) = event {
+        // The vector's heap block does not move when `out` moves into the pending copy, and the
+        // layout stays boxed and alive until the copy completes.
+        Ok(PendingHost { out, size, event, _layout: layout, _minor_to_major: minor_to_major })
+    }
+}
+
+/// A device-to-host copy in flight; [`PendingHost::finish`] waits for it.
+pub(crate) struct PendingHost {
+    out: Vec<u8>,
+    size: usize,
+    event: Option<RawEvent>,
+    _layout: Box<ffi::PJRT_Buffer_MemoryLayout>,
+    _minor_to_major: Vec<i64>,
+}
+
+impl PendingHost {
+    pub(crate) fn finish(mut self) -> Result<Vec<u8>> {
+        if let Some(event) = self.event.take() {
             event.wait()?;
         }
         // SAFETY: the completed transfer wrote exactly `size` bytes into the reserved capacity.
-        unsafe { out.set_len(size) };
-        Ok(out)
+        unsafe { self.out.set_len(self.size) };
+        Ok(std::mem::take(&mut self.out))
+    }
+}
+
+impl Drop for PendingHost {
+    fn drop(&mut self) {
+        // Never free the destination while the plugin may still write into it.
+        if let Some(event) = self.event.take() {
+            let _ = event.wait();
+        }
     }
 }
