@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Benchmarks of the import → StableHLO path. Exports the benchmark models (a GPT-2 block and
-# a 12-layer GPT-2-small-shaped stack; ~700 MB, never committed) into target/bench-models/
-# on first use, then runs the criterion benchmark and prints its table.
+# Benchmarks, each printing a table:
+#  1. import → StableHLO (criterion) on a GPT-2 block and a 12-layer GPT-2-small-shaped model,
+#     exported into target/bench-models/ on first use (~700 MB, never committed);
+#  2. StableHLO emission alone (criterion);
+#  3. per fixture: import+lower, PJRT compile (CPU, TPU v5e:2x2), CPU-plugin execution vs eager.
+# Arguments are passed to criterion (e.g. a filter such as gpt2_12l).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
 .venv/bin/python scripts/make_bench_models.py target/bench-models
 cargo bench -p tpuc-driver --bench pipeline -- "$@"
+cargo bench -p tpuc-lowering-stablehlo --bench emit -- "$@"
+cargo build --release -p tpuc-tools --bin tpuc
+.venv/bin/python scripts/bench_runtime.py --tpuc target/release/tpuc

@@ -1,1 +1,142 @@
-//! tpuc-frontend-fx
+//! tpuc-frontend-fx: imports PyTorch `torch.export` programs into tpuc IR.
+//!
+//! Input: a `.pt2` archive written by `torch.export.save` (memory-mapped; weights stay
+//! zero-copy slices of the map) or a bare serialized program (`model.json`, then without
+//! weight data). Output: an [`Imported`] with a verified [`tpuc_ir::Module`] whose function
+//! `main` takes the signature's inputs in order (parameters, buffers and constants named by
+//! their qualified names) and returns its tensor outputs, plus the weights by qualified name.
+//!
+//! ```no_run
+//! let imported = tpuc_frontend_fx::import_file(std::path::Path::new("model.pt2"))?;
+//! println!("{}", tpuc_ir::print_module(&imported.module));
+//! # Ok::<(), tpuc_frontend_fx::ImportError>(())
+//! ```
+//!
+//! Layout: [`archive`] reads the zip and the weights, [`schema`] the JSON, [`sympy`] symbolic
+//! sizes, [`dtypes`] torch dtypes and type promotion, `import` walks the graph, and `ops/`
+//! holds the ATen lowerings by family behind one registry ([`supported_targets`]).
+
+pub mod archive;
+pub mod dtypes;
+mod error;
+mod import;
+mod ops;
+pub mod schema;
+pub mod sympy;
+
+pub use error::{ImportError, NodeRef};
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tpuc_ir::{Module, SymExpr, TensorData};
+
+/// A non-tensor value of the program's signature (a constant input or output).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstValue {
+    None,
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+/// Where one input of the torch signature went.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputSlot {
+    /// Function argument `i` of `main`.
+    Arg(usize),
+    /// A constant baked into the program (no argument).
+    Const(ConstValue),
+}
+
+/// Where one output of the torch signature comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputSlot {
+    /// Result `i` of `main`.
+    Result(usize),
+    /// A constant (including `None`, e.g. gradients of inputs that need none).
+    Const(ConstValue),
+    /// A symbolic size: computable from the input shapes.
+    Sym(SymExpr),
+}
+
+/// An imported program.
+#[derive(Debug)]
+pub struct Imported {
+    pub module: Module,
+    /// Parameters, buffers and lifted constants by qualified name (empty for a bare
+    /// model.json).
+    pub weights: BTreeMap<String, TensorData>,
+    /// One entry per signature input, in order.
+    pub inputs: Vec<InputSlot>,
+    /// One entry per signature output, in order.
+    pub outputs: Vec<OutputSlot>,
+    /// `torch_version` of the exporting torch, when recorded.
+    pub torch_version: Option<String>,
+    /// False for a bare model.json: weights are then only arguments.
+    pub has_weight_data: bool,
+}
+
+impl Imported {
+    /// The data of a weight, or an error saying why it is unavailable.
+    pub fn weight(&self, name: &str) -> Result<&TensorData, ImportError> {
+        match self.weights.get(name) {
+            Some(w) => Ok(w),
+            None if !self.has_weight_data => Err(ImportError::MissingWeight(name.to_string())),
+            None => Err(ImportError::Weight { name: name.to_string(), message: "not a weight of this program".into() }),
+        }
+    }
+}
+
+/// Imports a `.pt2` archive or a serialized program JSON file (detected by content).
+/// Archives are memory-mapped.
+pub fn import_file(path: &Path) -> Result<Imported, ImportError> {
+    let io = |source| ImportError::Io { path: path.display().to_string(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let data = if len == 0 {
+        Bytes::new()
+    } else {
+        // SAFETY: the map is read-only; the archive must not be modified while imported
+        // weights are alive (the same contract as any mmap-based model loader).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Bytes::from_owner(map)
+    };
+    import_bytes(data)
+}
+
+/// Imports from memory: a `.pt2` zip (starts with `PK`) or program JSON.
+pub fn import_bytes(data: impl Into<Bytes>) -> Result<Imported, ImportError> {
+    let data: Bytes = data.into();
+    let head = data.iter().position(|c| !c.is_ascii_whitespace()).and_then(|i| data.get(i));
+    match head {
+        _ if data.starts_with(b"PK") => import_archive(data),
+        Some(b'{') => import_json(&data, "model.json", None),
+        _ => {
+            let shown: String = data.iter().take(8).map(|&c| if c.is_ascii_graphic() { c as char } else { '.' }).collect();
+            Err(ImportError::UnknownFormat(shown))
+        }
+    }
+}
+
+fn import_archive(data: Bytes) -> Result<Imported, ImportError> {
+    let mut ar = archive::Archive::open(data)?;
+    ar.check_byteorder()?;
+    let rel = format!("models/{}.json", ar.model);
+    let json = ar.read(&rel)?;
+    let payloads = ar.payloads()?;
+    import_json(&json, &format!("{}{rel}", ar.prefix), Some(payloads))
+}
+
+fn import_json(json: &[u8], file: &str, payloads: Option<archive::Payloads>) -> Result<Imported, ImportError> {
+    let prog: schema::ExportedProgram =
+        serde_json::from_slice(json).map_err(|e| ImportError::Json { file: file.to_string(), message: e.to_string() })?;
+    import::import_program(&prog, payloads)
+}
+
+/// Every FX target the importer lowers (`torch.ops.aten.add.Tensor`, `_operator.mul`, ...),
+/// sorted.
+pub fn supported_targets() -> Vec<String> {
+    ops::supported_targets()
+}

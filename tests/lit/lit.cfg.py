@@ -29,7 +29,7 @@ import lit.formats
 config.name = "tpuc"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".test", ".mlir", ".tpuc"]
-config.excludes = ["Inputs", "Output", "lit.cfg.py", "README.md"]
+config.excludes = ["Inputs", "Output", "lit.cfg.py", "README.md", "exit_code.py"]
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 # Output/ directories live next to the tests (ignored by .gitignore).
 config.test_exec_root = config.test_source_root
@@ -114,6 +114,7 @@ config.substitutions.append(("%verify-stablehlo", verify))
 config.substitutions.append(("%fixtures", os.path.join(repo, "tests", "fixtures")))
 config.substitutions.append(("%tpuc", tpuc))
 config.substitutions.append(("%repo", repo))
+config.substitutions.append(("%exit-code", "%s %s" % (python, os.path.join(config.test_source_root, "exit_code.py"))))
 # Tool names: only as whole words not preceded by . - / or %, as LLVM does.
 for name in ("FileCheck", "split-file"):
     config.substitutions.append(

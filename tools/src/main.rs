@@ -1,1 +1,556 @@
-fn main() {}
+//! `tpuc`: compile PyTorch programs (torch.export `.pt2` archives or their `model.json`) to
+//! StableHLO.
+//!
+//! Exit codes: 0 success, 1 user error (bad input, unsupported op, bad option), 2 internal
+//! error (a tpuc bug).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tpuc_driver::{DriverError, Emit, LowerOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "tpuc",
+    version,
+    about = "Compile PyTorch programs (torch.export .pt2 archives) to StableHLO for XLA / TPU",
+    long_about = "Compile PyTorch programs to StableHLO.\n\n\
+        MODEL is what `torch.export.save(ep, \"model.pt2\")` writes (as exported, or after \
+        `ep.run_decompositions()`), or the bare `model.json` from inside such an archive.\n\n\
+        Exit codes: 0 success, 1 user error (bad input, unsupported op, bad option), 2 internal error.",
+    after_help = "Examples:\n  tpuc import model.pt2\n  tpuc lower model.pt2 -o model.mlir\n  tpuc compile model.pt2 --target tpu --topology v5e:2x2 -o model.v5e.xla\n  tpuc run model.pt2 --inputs x.npy --out-dir out/\n  tpuc plugins"
+)]
+struct Cli {
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Import a program and print its tpuc IR.
+    Import(ImportArgs),
+    /// Lower a program to StableHLO MLIR text (or to tpuc IR with --emit ir).
+    Lower(LowerArgs),
+    /// Compile a program to an XLA executable with a PJRT plugin (CPU here, or a TPU topology
+    /// without a TPU) and write the serialized executable.
+    Compile(CompileArgs),
+    /// Compile and run a program on the CPU plugin with inputs from .npy files.
+    Run(RunArgs),
+    /// List the PJRT plugins tpuc finds: target, path, PJRT API version, platform.
+    Plugins,
+    /// Inspect and manage the compilation cache (configured by TPUC_CACHE_* variables or the
+    /// --cache-* flags).
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Hits and misses per tier, bytes, and compile time saved (this host's totals with tier 2).
+    Stats(CacheOnly),
+    /// List cached entries.
+    Ls(CacheTier),
+    /// Remove cached entries (all tiers, or one).
+    Clear(CacheTier),
+    /// Sweep leftover temporary files and apply the size budgets.
+    Evict(CacheOnly),
+    /// Why the next compile of MODEL with these flags would hit or miss.
+    Explain(ExplainArgs),
+}
+
+#[derive(Args)]
+struct CacheOnly {
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(Args)]
+struct CacheTier {
+    /// Only this tier: 1 memory, 2 host shared memory, 3 remote.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=3))]
+    tier: Option<u32>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(Args)]
+struct ExplainArgs {
+    /// The program: a .pt2 archive or a torch.export model.json.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// As for compile: weights embedded in the executable.
+    #[arg(long)]
+    inline_weights: bool,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum TargetKind {
+    /// The XLA CPU plugin (the default).
+    Cpu,
+    /// libtpu: compiles for a TPU topology (--topology), with or without a TPU.
+    Tpu,
+}
+
+#[derive(Args)]
+struct TargetArgs {
+    /// Which PJRT plugin compiles the program.
+    #[arg(long, value_enum, default_value = "cpu")]
+    target: TargetKind,
+    /// TPU topology to compile for, e.g. v5e:2x2, v6e:2x2, v5p:2x2x1 (with --target tpu).
+    #[arg(long, value_name = "NAME")]
+    topology: Option<String>,
+    /// SPMD partitions over the topology's devices (arguments replicated).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    partitions: i64,
+    /// PJRT plugin library to use instead of the discovered one (also: TPUC_PJRT_PLUGIN,
+    /// TPUC_PJRT_CPU_PLUGIN, TPUC_PJRT_TPU_PLUGIN).
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// Compilation cache settings (the TPUC_CACHE_* environment variables set the same).
+#[derive(Args, Clone)]
+struct CacheArgs {
+    /// Compile without the cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Share executables between processes on this host under /dev/shm/tpuc/NAME
+    /// (TPUC_CACHE_TIER2).
+    #[arg(long, value_name = "NAME")]
+    cache_tier2: Option<String>,
+    /// Remote tier: gs://bucket/prefix or a shared directory (TPUC_CACHE_TIER3_ROOT).
+    #[arg(long, value_name = "URI")]
+    cache_tier3: Option<String>,
+}
+
+impl CacheArgs {
+    fn open(&self) -> Option<tpuc_driver::exec::Cache> {
+        if self.no_cache {
+            return None;
+        }
+        let mut config = tpuc_cache::CacheConfig::from_env();
+        if let Some(name) = &self.cache_tier2 {
+            let mut t2 = tpuc_cache::Tier2Config::new(name.clone());
+            if let Some(root) = std::env::var_os("TPUC_CACHE_TIER2_ROOT") {
+                t2.root = root.into();
+            }
+            config.tier2 = Some(t2);
+        }
+        if let Some(root) = &self.cache_tier3 {
+            config.tier3 = Some(tpuc_cache::Tier3Config::new(root.clone()));
+        }
+        Some(tpuc_cache::Cache::new(config))
+    }
+}
+
+/// Compiles lowered StableHLO through the cache (unless --no-cache).
+fn compile_lowered(
+    lowered: &tpuc_driver::Lowered,
+    target: &TargetArgs,
+    cache: Option<&tpuc_driver::exec::Cache>,
+    label: &str,
+) -> Result<tpuc_driver::exec::Compiled, Failure> {
+    let req = target.request();
+    tpuc_driver::exec::check_target_support(&lowered.module, req.target).map_err(DriverError::from)?;
+    let text = lowered.stablehlo.as_deref().unwrap_or_default();
+    let compiled = match cache {
+        None => tpuc_driver::exec::compile_stablehlo(text, &req),
+        Some(cache) => {
+            let key_program = tpuc_driver::key_program(&lowered.module)?;
+            tpuc_driver::exec::compile_cached(text, &key_program, &req, cache, label)
+        }
+    };
+    Ok(compiled.map_err(DriverError::from)?)
+}
+
+impl TargetArgs {
+    fn request(&self) -> tpuc_driver::exec::CompileRequest {
+        tpuc_driver::exec::CompileRequest {
+            target: match self.target {
+                TargetKind::Cpu => tpuc_driver::exec::Target::Cpu,
+                TargetKind::Tpu => tpuc_driver::exec::Target::Tpu,
+            },
+            topology: self.topology.clone(),
+            partitions: self.partitions,
+            plugin: self.plugin.clone(),
+        }
+    }
+}
+
+#[derive(Args)]
+struct CompileArgs {
+    /// The program: a .pt2 archive or a torch.export model.json.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Write the serialized executable here.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Print the summary as one JSON object instead of a line.
+    #[arg(long)]
+    json: bool,
+    /// Embed the weights in the executable instead of taking them as arguments.
+    #[arg(long)]
+    inline_weights: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The program: a .pt2 archive or a torch.export model.json.
+    model: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The program's user inputs as .npy files, in signature order (weights come from the
+    /// archive).
+    #[arg(long, num_args = 0.., value_name = "NPY")]
+    inputs: Vec<PathBuf>,
+    /// Write the outputs here as output_0.npy, output_1.npy, ...
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+    /// Expected outputs as .npy files, in order; exit 1 if any differs beyond the tolerances.
+    #[arg(long, num_args = 0.., value_name = "NPY")]
+    expect: Vec<PathBuf>,
+    /// Relative tolerance for --expect: |got - want| <= atol + rtol * |want|.
+    #[arg(long, default_value_t = 1e-5)]
+    rtol: f64,
+    /// Absolute tolerance for --expect.
+    #[arg(long, default_value_t = 1e-5)]
+    atol: f64,
+    /// Run this many times (after one warm-up run) and print the median time of each step:
+    /// input checks, uploads, execute, downloads.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: usize,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The program: a .pt2 archive or a torch.export model.json.
+    model: PathBuf,
+    /// Write the output here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum EmitKind {
+    /// tpuc IR text.
+    Ir,
+    /// StableHLO MLIR text.
+    Stablehlo,
+}
+
+#[derive(Args)]
+struct LowerArgs {
+    /// The program: a .pt2 archive or a torch.export model.json.
+    model: PathBuf,
+    /// Write the output here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// What to write.
+    #[arg(long, value_enum, default_value = "stablehlo")]
+    emit: EmitKind,
+    /// Embed parameters, buffers and constants as constants (default: leading function
+    /// arguments, in signature order).
+    #[arg(long)]
+    inline_weights: bool,
+    /// Attach each op's FX node name and source line as an MLIR location.
+    #[arg(long)]
+    debug_locations: bool,
+    /// Run the IR verifier after every pass (always on in debug builds).
+    #[arg(long)]
+    verify_each: bool,
+    /// Print the IR after every pass to stderr.
+    #[arg(long)]
+    print_after_all: bool,
+    /// Write the IR after every pass into this folder, one numbered file per pass.
+    #[arg(long, value_name = "DIR")]
+    dump_dir: Option<PathBuf>,
+    /// Print how long import, each pass and emission took, to stderr.
+    #[arg(long)]
+    timing: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    // A panic is a tpuc bug: report it as an internal error (exit 2), never as a crash trace only.
+    let result = std::panic::catch_unwind(|| run(cli));
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(Failure::User(msg))) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+        Ok(Err(Failure::Internal(msg))) => {
+            eprintln!("internal error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("internal error: tpuc panicked (see the message above); please report it with the input");
+            ExitCode::from(2)
+        }
+    }
+}
+
+enum Failure {
+    User(String),
+    Internal(String),
+}
+
+impl From<DriverError> for Failure {
+    fn from(e: DriverError) -> Self {
+        if e.is_user_error() {
+            Failure::User(e.to_string())
+        } else {
+            Failure::Internal(e.to_string())
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Import(a) => {
+            let imported = tpuc_driver::import(&a.model)?;
+            write_output(a.output.as_deref(), &tpuc_ir::print_module(&imported.module))
+        }
+        Command::Lower(a) => {
+            let options = LowerOptions {
+                inline_weights: a.inline_weights,
+                verify_each: a.verify_each,
+                print_after_all: a.print_after_all,
+                dump_dir: a.dump_dir.clone(),
+                debug_locations: a.debug_locations,
+                module_name: None,
+            };
+            let emit = match a.emit {
+                EmitKind::Ir => Emit::Ir,
+                EmitKind::Stablehlo => Emit::StableHlo,
+            };
+            let lowered = tpuc_driver::compile_file(&a.model, &options, emit)?;
+            if a.timing {
+                let t = &lowered.timings;
+                eprintln!("import: {:.3} ms", t.import.as_secs_f64() * 1e3);
+                for (p, d) in &t.passes {
+                    eprintln!("pass {p}: {:.3} ms", d.as_secs_f64() * 1e3);
+                }
+                eprintln!("emit: {:.3} ms", t.emit.as_secs_f64() * 1e3);
+            }
+            let text = match lowered.stablehlo {
+                Some(s) => s,
+                None => tpuc_ir::print_module(&lowered.module),
+            };
+            write_output(a.output.as_deref(), &text)
+        }
+        Command::Compile(a) => {
+            let lowered = lower_for(&a.model, a.inline_weights)?;
+            let cache = a.target.cache.open();
+            let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
+            if let Some(out) = &a.output {
+                std::fs::write(out, &compiled.serialized)
+                    .map_err(|e| Failure::User(format!("cannot write {}: {e}", out.display())))?;
+            }
+            if a.json {
+                let mut v = serde_json::to_value(&compiled.summary).map_err(|e| Failure::Internal(e.to_string()))?;
+                if let (Some(out), Some(obj)) = (&a.output, v.as_object_mut()) {
+                    obj.insert("output".into(), serde_json::Value::String(out.display().to_string()));
+                }
+                println!("{v}");
+            } else {
+                println!("{}", compiled.summary.line());
+            }
+            Ok(())
+        }
+        Command::Run(a) => run_model(a),
+        Command::Cache(c) => cache_command(c),
+        Command::Plugins => {
+            for line in tpuc_driver::exec::describe_plugins() {
+                println!("{line}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Imports and lowers to StableHLO for compiling.
+fn lower_for(model: &std::path::Path, inline_weights: bool) -> Result<tpuc_driver::Lowered, Failure> {
+    let options = LowerOptions { inline_weights, ..Default::default() };
+    Ok(tpuc_driver::compile_file(model, &options, Emit::StableHlo)?)
+}
+
+fn run_model(a: RunArgs) -> Result<(), Failure> {
+    use tpuc_driver::tensor::{compare, HostTensor};
+    let mut inputs = Vec::with_capacity(a.inputs.len());
+    for p in &a.inputs {
+        let t = HostTensor::read_npy(p).map_err(|e| Failure::User(e.to_string()))?;
+        inputs.push((p.display().to_string(), t));
+    }
+    let lowered = lower_for(&a.model, false)?;
+    let cache = a.target.cache.open();
+    let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
+    tracing::info!("{}", compiled.summary.line());
+    let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
+    let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
+    if a.repeat > 1 {
+        let mut times = Vec::with_capacity(a.repeat);
+        for _ in 0..a.repeat {
+            times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
+        }
+        let median = |f: &dyn Fn(&tpuc_driver::exec::RunTimes) -> std::time::Duration| {
+            let mut v: Vec<f64> = times.iter().map(|t| f(t).as_secs_f64() * 1e6).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "{{\"runs\":{},\"median_us\":{{\"total\":{:.2},\"check\":{:.2},\"upload\":{:.2},\"execute\":{:.2},\"download\":{:.2}}}}}",
+            a.repeat,
+            median(&|t| t.total()),
+            median(&|t| t.check),
+            median(&|t| t.upload),
+            median(&|t| t.execute),
+            median(&|t| t.download)
+        );
+    }
+    if let Some(dir) = &a.out_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Failure::User(format!("cannot create {}: {e}", dir.display())))?;
+        for (i, t) in outputs.iter().enumerate() {
+            let p = dir.join(format!("output_{i}.npy"));
+            t.write_npy(&p).map_err(|e| Failure::User(format!("cannot write {}: {e}", p.display())))?;
+        }
+    }
+    let mut failed = false;
+    if !a.expect.is_empty() && a.expect.len() != outputs.len() {
+        return Err(Failure::User(format!("{} expected file(s) given for {} output(s)", a.expect.len(), outputs.len())));
+    }
+    for (i, (got, path)) in outputs.iter().zip(&a.expect).enumerate() {
+        let want = HostTensor::read_npy(path).map_err(|e| Failure::User(e.to_string()))?;
+        match compare(got, &want, a.rtol, a.atol) {
+            Err(e) => {
+                failed = true;
+                println!("output {i}: MISMATCH vs {}: {e}", path.display());
+            }
+            Ok(c) if c.mismatches > 0 => {
+                failed = true;
+                let (idx, g, w) = c.first_mismatch.unwrap_or_default();
+                println!(
+                    "output {i}: MISMATCH vs {}: {} of {} elements differ (max abs {:.3e}, max rel {:.3e}; first at {idx}: got {g}, expected {w})",
+                    path.display(),
+                    c.mismatches,
+                    got.num_elements(),
+                    c.max_abs_err,
+                    c.max_rel_err
+                );
+            }
+            Ok(c) => println!("output {i}: ok (max abs {:.3e}, max rel {:.3e})", c.max_abs_err, c.max_rel_err),
+        }
+    }
+    if a.expect.is_empty() && a.out_dir.is_none() {
+        for (i, t) in outputs.iter().enumerate() {
+            println!("output {i}: {}", t.ty());
+        }
+    }
+    if failed {
+        return Err(Failure::User(format!("outputs differ from the expected values (rtol {}, atol {})", a.rtol, a.atol)));
+    }
+    Ok(())
+}
+
+fn write_output(path: Option<&std::path::Path>, text: &str) -> Result<(), Failure> {
+    match path {
+        Some(p) => std::fs::write(p, text).map_err(|e| Failure::User(format!("cannot write {}: {e}", p.display()))),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                Ok(()) => Ok(()),
+                // A closed pipe (`tpuc import m.pt2 | head`) is not an error.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => Err(Failure::User(format!("cannot write to stdout: {e}"))),
+            }
+        }
+    }
+}
+
+fn cache_command(c: CacheCommand) -> Result<(), Failure> {
+    let open = |args: &CacheArgs| {
+        let mut args = args.clone();
+        args.no_cache = false;
+        args.open().expect("cache enabled")
+    };
+    let tier = |n: Option<u32>| n.and_then(tpuc_cache::Tier::from_number);
+    match c {
+        CacheCommand::Stats(a) => {
+            let r = open(&a.cache).stats();
+            let show = |label: &str, s: &tpuc_cache::Stats| {
+                println!("{label}: {} compiles ({} ms)", s.compiles, s.compile_ms);
+                for (name, t) in [("memory", &s.memory), ("shm", &s.shm), ("remote", &s.remote)] {
+                    println!(
+                        "  {name:<6} hits {:>6}  misses {:>6}  corrupt {:>4}  errors {:>4}  read {:>12} B  written {:>12} B  saved {:>8} ms",
+                        t.hits, t.misses, t.corrupt, t.errors, t.bytes_read, t.bytes_written, t.saved_ms
+                    );
+                }
+            };
+            match &r.host {
+                Some(h) => show("host (all processes using this tier-2 cache)", h),
+                None => println!("no host totals: tier 2 is off (set TPUC_CACHE_TIER2 or --cache-tier2)"),
+            }
+            for t in &r.tiers {
+                let size = match (t.entries, t.bytes) {
+                    (Some(e), Some(b)) => format!(", {e} entries, {b} B"),
+                    _ => String::new(),
+                };
+                let budget = t.budget.map_or(String::new(), |b| format!(", budget {b} B"));
+                println!("tier {} {}: {}{size}{budget}", t.tier as u32, if t.enabled { "on" } else { "off" }, t.detail);
+            }
+            Ok(())
+        }
+        CacheCommand::Ls(a) => {
+            let l = open(&a.cache).list(tier(a.tier));
+            for e in &l.entries {
+                let label = e.manifest.as_ref().map_or(String::new(), |m| {
+                    format!(" {} {} {} {}", m.components.label, m.components.target, m.components.topology, m.components.compile_options)
+                });
+                let problem = e.problem.as_ref().map_or(String::new(), |p| format!(" PROBLEM: {p}"));
+                println!("tier {} {} {:>10} B{label}{problem}", e.tier as u32, e.key, e.size);
+            }
+            for (t, err) in &l.errors {
+                eprintln!("warning: cannot list tier {}: {err}", *t as u32);
+            }
+            Ok(())
+        }
+        CacheCommand::Clear(a) => {
+            let n = open(&a.cache).clear(tier(a.tier)).map_err(|e| Failure::User(e.to_string()))?;
+            println!("removed {n} entries");
+            Ok(())
+        }
+        CacheCommand::Evict(a) => {
+            let r = open(&a.cache).evict().map_err(|e| Failure::User(e.to_string()))?;
+            println!("{r:?}");
+            Ok(())
+        }
+        CacheCommand::Explain(a) => {
+            let lowered = lower_for(&a.model, a.inline_weights)?;
+            let key_program = tpuc_driver::key_program(&lowered.module)?;
+            let kc = tpuc_driver::exec::key_components(&key_program, &a.target.request(), &a.model.display().to_string())
+                .map_err(DriverError::from)?;
+            print!("{}", open(&a.target.cache).explain(&kc));
+            Ok(())
+        }
+    }
+}

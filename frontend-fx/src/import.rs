@@ -1,0 +1,570 @@
+//! The graph walk: signature → function arguments, nodes → IR through the op registry,
+//! output specs → results.
+//!
+//! Needs: a deserialized [`ExportedProgram`] and, for archives, the weight payloads.
+//! Guarantees: the returned module has one function `main` whose arguments follow the
+//! signature's input order and whose results follow its output order (None and constant
+//! outputs are described in [`Imported::outputs`] instead), every op carries the FX node's
+//! provenance, every tensor result's dtype and rank agree with the type torch recorded for
+//! it, and the module passes [`tpuc_ir::verify`].
+
+use crate::archive::Payloads;
+use crate::dtypes;
+use crate::error::{ImportError, NodeRef};
+use crate::ops::{self, Ctx, OutSlot, State, Val};
+use crate::schema::{self, Arg, ExportedProgram, TensorMeta};
+use crate::sympy;
+use crate::{ConstValue, Imported, InputSlot, OutputSlot};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use tpuc_ir::{ArgInfo, ArgKind, Builder, DType, Dim, Loc, Module, ResultInfo, ResultKind, SymExpr, TensorData, TensorType, ValueId};
+
+/// Parses one SymInt of tensor metadata.
+pub fn meta_symint(v: &schema::SymIntJson, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
+    match v {
+        schema::SymIntJson::Int(i) => Ok(SymExpr::constant(*i)),
+        schema::SymIntJson::Expr(e) => parse_expr(&e.expr_str, rename),
+    }
+}
+
+/// Parses one serialized SymInt (`as_int` or `as_expr`).
+pub fn parse_symint(v: &Value, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
+    let (k, x) = schema::union_arm(v)?;
+    match k {
+        "as_int" => Ok(SymExpr::constant(schema::as_i64(x)?)),
+        "as_expr" => {
+            let text = schema::as_str(schema::field(x, "expr_str")?)?;
+            parse_expr(text, rename)
+        }
+        other => Err(ImportError::schema(format!("unknown SymInt arm `{other}`"))),
+    }
+}
+
+pub fn parse_expr(text: &str, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
+    sympy::parse_sym(text, &|s| rename.get(s).cloned().unwrap_or_else(|| s.to_string()))
+        .map_err(|message| ImportError::SymExpr { expr: text.to_string(), message })
+}
+
+/// The IR type of a TensorMeta.
+pub fn meta_type(meta: &TensorMeta, rename: &HashMap<String, String>) -> Result<TensorType, ImportError> {
+    let dtype = dtypes::from_torch(meta.dtype)?;
+    let mut dims = Vec::with_capacity(meta.sizes.len());
+    let mut numel: i64 = 1;
+    for s in &meta.sizes {
+        let e = meta_symint(s, rename)?;
+        let d = Dim::from_expr(e);
+        if let Dim::Static(n) = d {
+            if !(0..=ops::MAX_SIZE).contains(&n) {
+                return Err(ImportError::schema(format!("tensor size {n} out of range")));
+            }
+            numel = numel.checked_mul(n).filter(|&x| x <= ops::MAX_SIZE).ok_or_else(|| {
+                ImportError::schema(format!("tensor with sizes {:?} is too large", meta.sizes))
+            })?;
+        }
+        dims.push(d);
+    }
+    Ok(TensorType::new(dtype, dims))
+}
+
+/// Symbol names torch uses that print in the IR (letters, digits, `_`, no `x`).
+fn printable(s: &str) -> bool {
+    !s.is_empty()
+        && !s.contains('x')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+fn range_bound(v: Option<&Value>) -> Option<i64> {
+    match v {
+        Some(Value::Number(n)) => n.as_i64().filter(|&x| x.unsigned_abs() < (1u64 << 62)),
+        _ => None, // null, "int_oo", "oo", huge values: unbounded
+    }
+}
+
+/// Collects every name an argument value refers to (`name` / `as_name` strings).
+fn collect_names(v: &Value, out: &mut HashSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if (k == "name" || k == "as_name") && x.is_string() {
+                    if let Some(s) = x.as_str() {
+                        out.insert(s.to_string());
+                    }
+                } else {
+                    collect_names(x, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_names(x, out)),
+        _ => {}
+    }
+}
+
+/// Every symbol name in the program's size expressions.
+fn collect_symbols(prog: &ExportedProgram) -> Vec<String> {
+    let ident = HashMap::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut add = |text: &str| {
+        if let Ok(e) = parse_expr(text, &ident) {
+            for s in e.symbols() {
+                if seen.insert(s.to_string()) {
+                    names.push(s.to_string());
+                }
+            }
+        }
+    };
+    let mut keys: Vec<&String> = prog.range_constraints.keys().collect();
+    keys.sort();
+    for k in keys {
+        add(k);
+    }
+    let g = &prog.graph_module.graph;
+    let mut metas: Vec<(&String, &TensorMeta)> = g.tensor_values.iter().collect();
+    metas.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, m) in metas {
+        for s in &m.sizes {
+            if let schema::SymIntJson::Expr(e) = s {
+                add(&e.expr_str);
+            }
+        }
+    }
+    let mut syms: Vec<(&String, &Value)> = g.sym_int_values.iter().collect();
+    syms.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, v) in syms {
+        if let Some(t) = v.get("as_expr").and_then(|e| e.get("expr_str")).and_then(Value::as_str) {
+            add(t);
+        }
+    }
+    names
+}
+
+fn const_value(a: &Arg) -> Option<ConstValue> {
+    Some(match a {
+        Arg::None => ConstValue::None,
+        Arg::Int(i) => ConstValue::Int(*i),
+        Arg::Float(f) => ConstValue::Float(*f),
+        Arg::Bool(b) => ConstValue::Bool(*b),
+        Arg::Str(s) => ConstValue::Str(s.clone()),
+        _ => return None,
+    })
+}
+
+fn const_val(c: &ConstValue) -> Val {
+    match c {
+        ConstValue::None => Val::None,
+        ConstValue::Int(i) => Val::Sym(SymExpr::constant(*i)),
+        ConstValue::Float(f) => Val::Float(*f),
+        ConstValue::Bool(b) => Val::Bool(Some(*b)),
+        ConstValue::Str(s) => Val::Str(s.clone()),
+    }
+}
+
+/// `ConstantValue` union of `InputToConstantInputSpec`.
+fn decode_constant(v: &Value) -> Result<ConstValue, ImportError> {
+    let a = schema::decode_arg(v)?;
+    const_value(&a).ok_or_else(|| ImportError::Signature(format!("unsupported constant input {v}")))
+}
+
+fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
+    let mut out = Vec::new();
+    for o in outputs {
+        match schema::decode_arg(o)? {
+            Arg::Tensor(n) => out.push(OutSlot::Tensor(n)),
+            Arg::Tensors(ns) => out.extend(ns.into_iter().map(OutSlot::Tensor)),
+            Arg::OptTensors(ns) => out.extend(ns.into_iter().map(|n| n.map_or(OutSlot::None, OutSlot::Tensor))),
+            Arg::SymInt(schema::SymIntArg::Name(n)) => out.push(OutSlot::Sym(n)),
+            Arg::SymInts(ns) => {
+                for n in ns {
+                    out.push(match n {
+                        schema::SymIntArg::Name(n) => OutSlot::Sym(n),
+                        schema::SymIntArg::Int(_) => OutSlot::None,
+                    })
+                }
+            }
+            Arg::None => out.push(OutSlot::None),
+            _ => {
+                let (k, x) = schema::union_arm(o)?;
+                let name = x.get("as_name").or_else(|| x.get("name")).and_then(Value::as_str).unwrap_or("");
+                if name.is_empty() {
+                    out.push(OutSlot::None);
+                } else {
+                    let _ = k;
+                    out.push(OutSlot::Other(name.to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>) -> Result<Imported, ImportError> {
+    let g = &prog.graph_module.graph;
+    let mut module = Module::new();
+
+    // ---- symbols
+    let mut rename: HashMap<String, String> = HashMap::new();
+    let symbols = collect_symbols(prog);
+    let mut taken: HashSet<String> = symbols.iter().filter(|s| printable(s)).cloned().collect();
+    let mut k = 0;
+    for s in &symbols {
+        if printable(s) {
+            rename.insert(s.clone(), s.clone());
+        } else {
+            let fresh = loop {
+                let c = format!("sym{k}");
+                k += 1;
+                if !taken.contains(&c) {
+                    break c;
+                }
+            };
+            taken.insert(fresh.clone());
+            rename.insert(s.clone(), fresh);
+        }
+    }
+    let mut ranged: Vec<(&String, &Value)> = prog.range_constraints.iter().collect();
+    ranged.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, rc) in ranged {
+        let Ok(e) = parse_expr(key, &rename) else { continue };
+        let Some(name) = e.as_symbol() else { continue };
+        let min = range_bound(rc.get("min_val")).unwrap_or(0).max(0);
+        let max = range_bound(rc.get("max_val"));
+        if max.is_some_and(|m| m < min) {
+            return Err(ImportError::schema(format!("symbol `{key}` has an empty range [{min}, {max:?}]")));
+        }
+        module.symbols.declare(name, min, max);
+    }
+    for s in &symbols {
+        if let Some(n) = rename.get(s) {
+            if module.symbols.get(n).is_none() {
+                module.symbols.declare(n, 0, None);
+            }
+        }
+    }
+
+    let meta_of = |name: &str| -> Result<TensorType, ImportError> {
+        let m = g
+            .tensor_values
+            .get(name)
+            .ok_or_else(|| ImportError::schema(format!("no tensor_values entry for `{name}`")))?;
+        meta_type(m, &rename)
+    };
+
+    // ---- inputs
+    let mut env: HashMap<String, Val> = HashMap::new();
+    let mut args: Vec<(TensorType, ArgInfo)> = Vec::new();
+    let mut arg_names: Vec<String> = Vec::new(); // FX placeholder name per argument
+    let mut inputs: Vec<InputSlot> = Vec::new();
+    let mut weight_args: Vec<(String, TensorType)> = Vec::new();
+    let mut sym_inputs: Vec<(usize, SymExpr)> = Vec::new();
+
+    let specs: Vec<Value> = if prog.graph_module.signature.input_specs.is_empty() {
+        g.inputs.iter().map(|a| serde_json::json!({ "user_input": { "arg": a } })).collect()
+    } else {
+        prog.graph_module.signature.input_specs.clone()
+    };
+    for spec in &specs {
+        let (kind, body) = schema::union_arm(spec)?;
+        let weight = |field: &str, kind: ArgKind| -> Result<(String, String, ArgKind), ImportError> {
+            let arg = schema::tensor_name(schema::field(body, "arg")?)?;
+            let q = schema::as_str(schema::field(body, field)?)?.to_string();
+            Ok((arg, q, kind))
+        };
+        let (placeholder, info_name, akind) = match kind {
+            "user_input" => {
+                let a = schema::decode_arg(schema::field(body, "arg")?)?;
+                match a {
+                    Arg::Tensor(n) => (n.clone(), n, ArgKind::UserInput),
+                    Arg::SymInt(schema::SymIntArg::Name(n)) => {
+                        let e = match g.sym_int_values.get(&n) {
+                            Some(v) => parse_symint(v, &rename)?,
+                            None => return Err(ImportError::Signature(format!("SymInt input `{n}` has no sym_int_values entry"))),
+                        };
+                        sym_inputs.push((args.len(), e.clone()));
+                        env.insert(n.clone(), Val::Sym(e));
+                        inputs.push(InputSlot::Arg(args.len()));
+                        args.push((TensorType::scalar(DType::I64), ArgInfo { kind: ArgKind::SymInt, name: n.clone() }));
+                        arg_names.push(n);
+                        continue;
+                    }
+                    Arg::SymInt(schema::SymIntArg::Int(i)) => {
+                        inputs.push(InputSlot::Const(ConstValue::Int(i)));
+                        continue;
+                    }
+                    other => match const_value(&other) {
+                        Some(c) => {
+                            inputs.push(InputSlot::Const(c));
+                            continue;
+                        }
+                        None => {
+                            return Err(ImportError::Signature(format!("unsupported user input of kind {}", other.kind())))
+                        }
+                    },
+                }
+            }
+            "parameter" => weight("parameter_name", ArgKind::Parameter)?,
+            "buffer" => weight("buffer_name", ArgKind::Buffer)?,
+            "tensor_constant" => weight("tensor_constant_name", ArgKind::Constant)?,
+            "constant_input" => {
+                let name = schema::as_str(schema::field(body, "name")?)?.to_string();
+                let c = decode_constant(schema::field(body, "value")?)?;
+                env.insert(name, const_val(&c));
+                inputs.push(InputSlot::Const(c));
+                continue;
+            }
+            other => return Err(ImportError::Signature(format!("unsupported input kind `{other}`"))),
+        };
+        let ty = meta_of(&placeholder)?;
+        if akind.is_weight() {
+            weight_args.push((info_name.clone(), ty.clone()));
+        }
+        inputs.push(InputSlot::Arg(args.len()));
+        args.push((ty, ArgInfo { kind: akind, name: info_name }));
+        arg_names.push(placeholder);
+    }
+
+    // ---- weights
+    let has_weight_data = payloads.is_some();
+    let mut weights = BTreeMap::new();
+    if let Some(p) = &payloads {
+        for (name, ty) in &weight_args {
+            if let Some(why) = p.unavailable.get(name) {
+                return Err(ImportError::Weight { name: name.clone(), message: why.clone() });
+            }
+            let data: &TensorData = p.tensors.get(name).ok_or_else(|| ImportError::Weight {
+                name: name.clone(),
+                message: "not found in the archive's weights or constants".into(),
+            })?;
+            if &data.ty != ty {
+                return Err(ImportError::Weight {
+                    name: name.clone(),
+                    message: format!("stored as {}, the program uses {ty}", data.ty),
+                });
+            }
+            weights.insert(name.clone(), data.clone());
+        }
+    }
+
+    let (fi, block) = module.add_func("main", args);
+    let block_args = module.blocks[block].args.clone();
+    let mut sym_args = HashMap::new();
+    for (i, n) in arg_names.iter().enumerate() {
+        let Some(&v) = block_args.get(i) else { continue };
+        if !env.contains_key(n) {
+            env.insert(n.clone(), Val::Tensor(v));
+        }
+    }
+    for (i, e) in &sym_inputs {
+        if let (Some(s), Some(&v)) = (e.as_symbol(), block_args.get(*i)) {
+            sym_args.insert(s.to_string(), v);
+        }
+    }
+
+    // ---- uses
+    let mut uses = HashSet::new();
+    for n in &g.nodes {
+        for a in &n.inputs {
+            collect_names(&a.arg, &mut uses);
+        }
+    }
+    for o in &g.outputs {
+        collect_names(o, &mut uses);
+    }
+    for s in &prog.graph_module.signature.output_specs {
+        collect_names(s, &mut uses);
+    }
+
+    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone() };
+
+    // ---- nodes
+    let mut views: HashSet<String> = HashSet::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let outs = flatten_outputs(&node.outputs)?;
+        let name = node
+            .name
+            .clone()
+            .or_else(|| outs.iter().find_map(|o| o.name().map(str::to_string)))
+            .unwrap_or_else(|| format!("node{i}"));
+        let source = schema::stack_trace(node).and_then(schema::user_frame);
+        let at = || NodeRef { node: name.clone(), target: node.target.clone(), source: source.clone() };
+        // An in-place op (`add_.Tensor`) in a non-functional graph: lower its functional form
+        // and rebind the mutated input, unless that input is a view of another tensor.
+        let (f, inplace_self) = match ops::lookup(&node.target) {
+            Some(f) => (f, None),
+            None => match functional_form(&node.target).and_then(|t| ops::lookup(&t)) {
+                Some(f) => {
+                    let self_name = node.inputs.first().and_then(|a| match schema::decode_arg(&a.arg) {
+                        Ok(Arg::Tensor(n)) => Some(n),
+                        _ => None,
+                    });
+                    let Some(self_name) = self_name else {
+                        return Err(ImportError::Op { at: at(), message: "in-place op without a tensor `self`".into() });
+                    };
+                    if views.contains(&self_name) {
+                        return Err(ImportError::Op {
+                            at: at(),
+                            message: format!("in-place update of `{self_name}`, a view of another tensor, is not supported"),
+                        });
+                    }
+                    (f, Some(self_name))
+                }
+                None => {
+                    return Err(ImportError::UnsupportedOp { target: node.target.clone(), node: name.clone(), location: source.clone() })
+                }
+            },
+        };
+        if is_view_op(&node.target) {
+            views.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
+        }
+        let loc = module.add_loc(Loc::new(name.clone(), node.target.clone(), source.clone()));
+        let mut b = Builder::new(&mut module, block);
+        b.loc = Some(loc);
+        let vals = {
+            let mut cx = Ctx { b, node, st: &st, outs: &outs };
+            f(&mut cx).map_err(|e| ImportError::Op { at: at(), message: e.0 })?
+        };
+        let mut vals = vals;
+        if let Some(self_name) = &inplace_self {
+            if let (Some(Val::Tensor(v)), Some(Val::Tensor(orig))) = (vals.first().cloned(), st.env.get(self_name).cloned()) {
+                // in-place results keep the mutated tensor's dtype and shape
+                let dt = module.value_type(orig).dtype;
+                let mut b = Builder::new(&mut module, block);
+                b.loc = Some(loc);
+                let v = b.convert(v, dt).map_err(|e| ImportError::Op { at: at(), message: e.to_string() })?;
+                if let Some(first) = vals.first_mut() {
+                    *first = Val::Tensor(v);
+                }
+                st.env.insert(self_name.clone(), Val::Tensor(v));
+            }
+        }
+        if vals.len() != outs.len() {
+            return Err(ImportError::Op {
+                at: at(),
+                message: format!("lowering produced {} values for {} outputs", vals.len(), outs.len()),
+            });
+        }
+        for (slot, val) in outs.iter().zip(vals) {
+            let Some(n) = slot.name() else { continue };
+            if let (OutSlot::Tensor(_), Val::Tensor(v)) = (slot, &val) {
+                if let Some(meta) = g.tensor_values.get(n) {
+                    let want = meta_type(meta, &rename)?;
+                    let got = module.value_type(*v);
+                    let dims_ok = got.rank() == want.rank()
+                        && got.dims.iter().zip(&want.dims).all(|(a, b)| a == b || !(a.is_static() && b.is_static()));
+                    if got.dtype != want.dtype || !dims_ok {
+                        return Err(ImportError::TypeMismatch {
+                            at: at(),
+                            value: n.to_string(),
+                            got: got.to_string(),
+                            expected: want.to_string(),
+                        });
+                    }
+                }
+            }
+            st.env.insert(n.to_string(), val);
+        }
+    }
+
+    // ---- outputs
+    let out_specs: Vec<Value> = if prog.graph_module.signature.output_specs.is_empty() {
+        g.outputs.iter().map(|a| serde_json::json!({ "user_output": { "arg": a } })).collect()
+    } else {
+        prog.graph_module.signature.output_specs.clone()
+    };
+    let mut results: Vec<ValueId> = Vec::new();
+    let mut result_infos: Vec<ResultInfo> = Vec::new();
+    let mut outputs: Vec<OutputSlot> = Vec::new();
+    for spec in &out_specs {
+        let (kind, body) = schema::union_arm(spec)?;
+        let arg_v = schema::field(body, "arg")?;
+        let named = |field: &str| -> Result<String, ImportError> { Ok(schema::as_str(schema::field(body, field)?)?.to_string()) };
+        let (rkind, rname_field) = match kind {
+            "user_output" => (ResultKind::UserOutput, None),
+            "loss_output" => (ResultKind::Loss, None),
+            "buffer_mutation" => (ResultKind::BufferMutation, Some("buffer_name")),
+            "parameter_mutation" => (ResultKind::BufferMutation, Some("parameter_name")),
+            "gradient_to_parameter" => (ResultKind::Gradient, Some("parameter_name")),
+            "gradient_to_user_input" => (ResultKind::Gradient, Some("user_input_name")),
+            "user_input_mutation" => (ResultKind::UserInputMutation, Some("user_input_name")),
+            other => return Err(ImportError::Signature(format!("unsupported output kind `{other}`"))),
+        };
+        // `arg` is an Argument for user outputs and a bare TensorArgument otherwise.
+        let arg = if arg_v.get("name").is_some() && arg_v.as_object().is_some_and(|m| m.len() == 1) {
+            Arg::Tensor(schema::tensor_name(arg_v)?)
+        } else {
+            schema::decode_arg(arg_v)?
+        };
+        match arg {
+            Arg::Tensor(n) => {
+                let v = match st.env.get(&n) {
+                    Some(Val::Tensor(v)) => *v,
+                    Some(Val::Sym(e)) => {
+                        outputs.push(OutputSlot::Sym(e.clone()));
+                        continue;
+                    }
+                    _ => return Err(ImportError::Signature(format!("output `{n}` is not a computed tensor"))),
+                };
+                let rname = match rname_field {
+                    Some(f) => named(f)?,
+                    None => n.clone(),
+                };
+                outputs.push(OutputSlot::Result(results.len()));
+                results.push(v);
+                result_infos.push(ResultInfo { kind: rkind, name: rname });
+            }
+            Arg::SymInt(s) => {
+                let e = match s {
+                    schema::SymIntArg::Int(i) => SymExpr::constant(i),
+                    schema::SymIntArg::Name(n) => match st.env.get(&n) {
+                        Some(Val::Sym(e)) => e.clone(),
+                        _ => return Err(ImportError::Signature(format!("output `{n}` is not a SymInt"))),
+                    },
+                };
+                outputs.push(match e.as_const() {
+                    Some(c) => OutputSlot::Const(ConstValue::Int(c)),
+                    None => OutputSlot::Sym(e),
+                });
+            }
+            other => match const_value(&other) {
+                Some(c) => outputs.push(OutputSlot::Const(c)),
+                None => return Err(ImportError::Signature(format!("unsupported output of kind {}", other.kind()))),
+            },
+        }
+    }
+    {
+        let mut b = Builder::new(&mut module, block);
+        b.ret(&results).map_err(|e| ImportError::Verify(e.to_string()))?;
+    }
+    if let Some(f) = module.funcs.get_mut(fi) {
+        f.results = result_infos;
+    }
+    if let Err(errs) = tpuc_ir::verify(&module) {
+        return Err(ImportError::Verify(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")));
+    }
+    let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
+    Ok(Imported { module, weights, inputs, outputs, torch_version, has_weight_data })
+}
+
+/// `torch.ops.aten.add_.Tensor` -> `torch.ops.aten.add.Tensor`.
+fn functional_form(target: &str) -> Option<String> {
+    let rest = target.strip_prefix("torch.ops.aten.")?;
+    let (name, overload) = rest.split_once('.')?;
+    let base = name.strip_suffix('_')?;
+    if base.is_empty() || base.ends_with('_') {
+        return None;
+    }
+    Some(format!("torch.ops.aten.{base}.{overload}"))
+}
+
+/// Ops whose result may share storage with their input in eager torch.
+fn is_view_op(target: &str) -> bool {
+    let Some(rest) = target.strip_prefix("torch.ops.aten.") else { return false };
+    let name = rest.split('.').next().unwrap_or("");
+    matches!(
+        name,
+        "view" | "_unsafe_view" | "reshape" | "alias" | "slice" | "select" | "narrow" | "transpose" | "permute" | "t"
+            | "expand" | "unsqueeze" | "squeeze" | "flatten" | "unflatten" | "split" | "split_with_sizes" | "chunk"
+            | "unbind" | "as_strided" | "diagonal" | "movedim" | "swapaxes" | "swapdims" | "mT" | "numpy_T"
+            | "detach" | "unfold" | "view_as" | "expand_as" | "_reshape_alias"
+    )
+}

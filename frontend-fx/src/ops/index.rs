@@ -1,0 +1,518 @@
+//! Indexing: gather/scatter along a dim, advanced indexing (`index.Tensor`, `index_put`),
+//! `index_select`, `index_add` and the slice/select scatters.
+//!
+//! `torch.gather`/`scatter` map to StableHLO gather/scatter with a full coordinate vector per
+//! element (iotas for the other dims), which is exactly torch's element-wise definition.
+//! Advanced indexing uses one gather whose batch dims are the broadcast index shape, placed
+//! where torch puts them (in place when the indexed dims are adjacent, else first).
+
+use super::shape::unsqueeze_v;
+use super::*;
+use Opcode as O;
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("gather.default", gather),
+    ("scatter.value", scatter_value),
+    ("scatter.src", scatter_src),
+    ("scatter.reduce", scatter_src_reduce),
+    ("scatter.value_reduce", scatter_value_reduce),
+    ("scatter_add.default", scatter_add),
+    ("scatter_reduce.two", scatter_reduce),
+    ("index_select.default", index_select),
+    ("index.Tensor", index_tensor),
+    ("_unsafe_index.Tensor", index_tensor),
+    ("index_put.default", index_put),
+    ("_unsafe_index_put.default", index_put),
+    ("index_add.default", index_add),
+    ("slice_scatter.default", slice_scatter),
+    ("select_scatter.default", select_scatter),
+];
+
+/// `[*idx, rank]` coordinates: `idx` along `dim`, iotas along the others.
+fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -> R<ValueId> {
+    let shape = cx.dims(idx);
+    let mut col = shape.clone();
+    col.push(Dim::Static(1));
+    let mut parts = Vec::with_capacity(rank);
+    for j in 0..rank {
+        let v = if j == dim { cx.convert(idx, DType::I64)? } else { cx.iota(DType::I64, &shape, j)? };
+        parts.push(cx.reshape(v, col.clone())?);
+    }
+    Ok(cx.b.concatenate(&parts, shape.len() as i64)?)
+}
+
+fn elementwise_gather(cx: &mut Ctx, x: ValueId, coords: ValueId) -> R<ValueId> {
+    let r = cx.rank(x) as i64;
+    let all: Vec<i64> = (0..r).collect();
+    let attrs = Attrs::new()
+        .with("offset_dims", Attr::Ints(vec![]))
+        .with("collapsed_slice_dims", Attr::Ints(all.clone()))
+        .with("operand_batching_dims", Attr::Ints(vec![]))
+        .with("start_indices_batching_dims", Attr::Ints(vec![]))
+        .with("start_index_map", Attr::Ints(all))
+        .with("index_vector_dim", Attr::Int(r))
+        .with("slice_sizes", Attr::Ints(vec![1; r as usize]));
+    Ok(cx.b.build1(O::Gather, &[x, coords], attrs, None)?)
+}
+
+fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: &str) -> R<ValueId> {
+    let r = cx.rank(x) as i64;
+    let all: Vec<i64> = (0..r).collect();
+    let attrs = Attrs::new()
+        .with("update_window_dims", Attr::Ints(vec![]))
+        .with("inserted_window_dims", Attr::Ints(all.clone()))
+        .with("input_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_dims_to_operand_dims", Attr::Ints(all))
+        .with("index_vector_dim", Attr::Int(r))
+        .with("kind", Attr::Str(kind.into()));
+    Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
+}
+
+fn check_index(cx: &Ctx, idx: ValueId, x: ValueId) -> R<()> {
+    if !cx.dtype(idx).is_int() {
+        return err(format!("index must be an integer tensor, got {}", cx.ty(idx)));
+    }
+    if cx.rank(idx) != cx.rank(x) && !(cx.rank(x) == 0 && cx.rank(idx) <= 1) {
+        return err(format!("index {} must have the rank of {}", cx.ty(idx), cx.ty(x)));
+    }
+    Ok(())
+}
+
+/// A rank-0 tensor as rank 1 (torch treats it so in gather/scatter).
+fn at_least_1d(cx: &mut Ctx, v: ValueId) -> R<ValueId> {
+    if cx.rank(v) == 0 {
+        cx.reshape(v, vec![Dim::Static(1)])
+    } else {
+        Ok(v)
+    }
+}
+
+fn gather(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x0 = cx.t("self")?;
+    let idx = cx.t("index")?;
+    check_index(cx, idx, x0)?;
+    let scalar = cx.rank(x0) == 0;
+    let x = at_least_1d(cx, x0)?;
+    let idx = at_least_1d(cx, idx)?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let coords = full_coords(cx, idx, dim, cx.rank(x))?;
+    let g = elementwise_gather(cx, x, coords)?;
+    if scalar {
+        return one(cx.reshape(g, vec![])?);
+    }
+    one(g)
+}
+
+/// `src` cut to the index's shape (torch reads only that corner of `src`).
+fn fit_src(cx: &mut Ctx, src: ValueId, idx: ValueId) -> R<ValueId> {
+    let (sd, id) = (cx.dims(src), cx.dims(idx));
+    if sd == id {
+        return Ok(src);
+    }
+    if sd.len() != id.len() {
+        return err(format!("scatter src {} and index {} differ in rank", cx.ty(src), cx.ty(idx)));
+    }
+    let mut start = Vec::new();
+    let mut limit = Vec::new();
+    for (s, i) in sd.iter().zip(&id) {
+        match (s, i) {
+            (Dim::Static(a), Dim::Static(b)) if b <= a => {
+                start.push(0);
+                limit.push(*b);
+            }
+            (a, b) if a == b => {
+                start.push(0);
+                limit.push(a.as_static().unwrap_or(i64::MAX));
+            }
+            _ => return err(format!("scatter src {} is smaller than index {}", cx.ty(src), cx.ty(idx))),
+        }
+    }
+    let ones = vec![1; start.len()];
+    Ok(cx.b.slice(src, &start, &limit, &ones)?)
+}
+
+/// Scatter along `dim` with torch semantics; `kind` is replace/add/mul/max/min.
+fn scatter_impl(cx: &mut Ctx, updates_from: Operand, kind: &str) -> R<Vec<Val>> {
+    let x0 = cx.t("self")?;
+    let idx = cx.t("index")?;
+    check_index(cx, idx, x0)?;
+    let scalar = cx.rank(x0) == 0;
+    let x = at_least_1d(cx, x0)?;
+    let idx = at_least_1d(cx, idx)?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let dt = cx.dtype(x);
+    let ishape = cx.dims(idx);
+    let upd = match updates_from {
+        Operand::T(s) => {
+            let s = at_least_1d(cx, s)?;
+            let s = cx.convert(s, dt)?;
+            fit_src(cx, s, idx)?
+        }
+        other => cx.mat(&other, dt, &ishape)?,
+    };
+    let coords = full_coords(cx, idx, dim, cx.rank(x))?;
+    let y = elementwise_scatter(cx, x, coords, upd, kind)?;
+    if scalar {
+        return one(cx.reshape(y, vec![])?);
+    }
+    one(y)
+}
+
+fn reduce_kind(r: &str) -> R<&'static str> {
+    Ok(match r {
+        "add" | "sum" => "add",
+        "multiply" | "prod" => "mul",
+        "amax" => "max",
+        "amin" => "min",
+        other => return err(format!("scatter reduce `{other}` is not supported")),
+    })
+}
+
+fn scatter_value(cx: &mut Ctx) -> R<Vec<Val>> {
+    let v = cx.operand("value")?;
+    scatter_impl(cx, v, "replace")
+}
+fn scatter_src(cx: &mut Ctx) -> R<Vec<Val>> {
+    let s = cx.t("src")?;
+    scatter_impl(cx, Operand::T(s), "replace")
+}
+fn scatter_src_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
+    let s = cx.t("src")?;
+    let k = reduce_kind(&cx.str_or("reduce", "add")?)?;
+    scatter_impl(cx, Operand::T(s), k)
+}
+fn scatter_value_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
+    let v = cx.operand("value")?;
+    let k = reduce_kind(&cx.str_or("reduce", "add")?)?;
+    scatter_impl(cx, v, k)
+}
+fn scatter_add(cx: &mut Ctx) -> R<Vec<Val>> {
+    let s = cx.t("src")?;
+    scatter_impl(cx, Operand::T(s), "add")
+}
+
+/// The identity of a scatter reduction, as a scalar of `dt`.
+fn identity_of(kind: &str, dt: DType) -> Scalar {
+    match kind {
+        "mul" => Scalar::Int(1),
+        "max" => match dt {
+            d if d.is_float() => Scalar::Float(f64::NEG_INFINITY),
+            DType::I64 => Scalar::Int(i64::MIN),
+            DType::I32 => Scalar::Int(i32::MIN as i64),
+            DType::I16 => Scalar::Int(i16::MIN as i64),
+            DType::I8 => Scalar::Int(i8::MIN as i64),
+            _ => Scalar::Int(0),
+        },
+        "min" => match dt {
+            d if d.is_float() => Scalar::Float(f64::INFINITY),
+            DType::I64 => Scalar::Int(i64::MAX),
+            DType::I32 => Scalar::Int(i32::MAX as i64),
+            DType::I16 => Scalar::Int(i16::MAX as i64),
+            DType::I8 => Scalar::Int(i8::MAX as i64),
+            DType::U8 => Scalar::Int(u8::MAX as i64),
+            DType::Bool => Scalar::Bool(true),
+            _ => Scalar::Int(-1),
+        },
+        _ => Scalar::Int(0),
+    }
+}
+
+fn scatter_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let idx = cx.t("index")?;
+    let src = cx.t("src")?;
+    check_index(cx, idx, x)?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let reduce = cx.str_or("reduce", "sum")?;
+    let include_self = cx.bool_or("include_self", true)?;
+    let dt = cx.dtype(x);
+    let src = cx.convert(src, dt)?;
+    let src = fit_src(cx, src, idx)?;
+    let coords = full_coords(cx, idx, dim, cx.rank(x))?;
+    let shape = cx.dims(x);
+    // which positions receive at least one update
+    let touched = {
+        let z = cx.full(Scalar::Bool(false), DType::Bool, &shape)?;
+        let t = cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(idx))?;
+        elementwise_scatter(cx, z, coords, t, "replace")?
+    };
+    if reduce == "mean" {
+        let base = if include_self { x } else { cx.full(Scalar::Int(0), dt, &shape)? };
+        let sum = elementwise_scatter(cx, base, coords, src, "add")?;
+        let ones = cx.full(Scalar::Int(1), dt, &cx.dims(idx))?;
+        let c0 = cx.full(Scalar::Int(if include_self { 1 } else { 0 }), dt, &shape)?;
+        let count = elementwise_scatter(cx, c0, coords, ones, "add")?;
+        let one_ = cx.full_like(Scalar::Int(1), count)?;
+        let count = cx.bin(O::Max, count, one_)?;
+        let mean = if dt.is_float() { cx.bin(O::Div, sum, count)? } else { super::elementwise::floor_div_v(cx, sum, count)? };
+        return one(cx.select(touched, mean, x)?);
+    }
+    let kind = reduce_kind(&reduce)?;
+    let base = if include_self {
+        x
+    } else {
+        let id = cx.full(identity_of(kind, dt), dt, &shape)?;
+        cx.select(touched, id, x)?
+    };
+    one(elementwise_scatter(cx, base, coords, src, kind)?)
+}
+
+fn index_select(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x0 = cx.t("self")?;
+    let idx = cx.t("index")?;
+    if !cx.dtype(idx).is_int() || cx.rank(idx) > 1 {
+        return err(format!("index_select needs a 1-D integer index, got {}", cx.ty(idx)));
+    }
+    let scalar = cx.rank(x0) == 0;
+    let x = at_least_1d(cx, x0)?;
+    let idx = at_least_1d(cx, idx)?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let g = super::shape::take_along(cx, x, dim, idx)?;
+    if scalar {
+        return one(cx.reshape(g, vec![])?);
+    }
+    one(g)
+}
+
+/// Advanced-indexing layout: the indexed dims, the broadcast index shape and the coordinate
+/// tensor `[*B, |P|]` (negative indices wrapped for static dims).
+struct AdvIndex {
+    pos: Vec<usize>,
+    bshape: Vec<Dim>,
+    coords: ValueId,
+    /// output position of the first batch dim
+    batch_at: usize,
+}
+
+fn adv_index(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) -> R<AdvIndex> {
+    let dims = cx.dims(x);
+    if idxs.len() > dims.len() {
+        return err(format!("too many indices ({}) for {}", idxs.len(), cx.ty(x)));
+    }
+    let mut pos = Vec::new();
+    let mut tensors = Vec::new();
+    for (i, t) in idxs.iter().enumerate() {
+        if let Some(t) = t {
+            let d = cx.dtype(*t);
+            if d.is_bool() || d == DType::U8 {
+                return err("indexing with a boolean mask gives a data-dependent shape; not supported");
+            }
+            if !d.is_int() {
+                return err(format!("index tensors must be integers, got {}", cx.ty(*t)));
+            }
+            pos.push(i);
+            tensors.push(*t);
+        }
+    }
+    if pos.is_empty() {
+        return err("indexing without index tensors");
+    }
+    let ops: Vec<Operand> = tensors.iter().map(|&t| Operand::T(t)).collect();
+    let bshape = cx.broadcast_shape(&ops)?;
+    let mut col = bshape.clone();
+    col.push(Dim::Static(1));
+    let mut parts = Vec::new();
+    for (&p, &t) in pos.iter().zip(&tensors) {
+        let t = cx.convert(t, DType::I64)?;
+        let mut t = cx.broadcast_to(t, &bshape)?;
+        if let Dim::Static(n) = dims[p] {
+            // wrap negative indices
+            let z = cx.full_like(Scalar::Int(0), t)?;
+            let neg = cx.cmp("lt", t, z)?;
+            let nn = cx.full_like(Scalar::Int(n), t)?;
+            let w = cx.bin(O::Add, t, nn)?;
+            t = cx.select(neg, w, t)?;
+        }
+        parts.push(cx.reshape(t, col.clone())?);
+    }
+    let coords = cx.b.concatenate(&parts, bshape.len() as i64)?;
+    let adjacent = pos.windows(2).all(|w| w[1] == w[0] + 1);
+    let batch_at = if adjacent { pos[0] } else { 0 };
+    Ok(AdvIndex { pos, bshape, coords, batch_at })
+}
+
+/// Positions of the non-indexed operand dims in the result of advanced indexing.
+fn window_positions(rank: usize, ai: &AdvIndex) -> Vec<i64> {
+    let nb = ai.bshape.len();
+    let mut out = Vec::new();
+    let mut k = 0usize; // position among non-indexed dims
+    for d in 0..rank {
+        if ai.pos.contains(&d) {
+            continue;
+        }
+        let at = if k < ai.batch_at { k } else { k + nb };
+        out.push(at as i64);
+        k += 1;
+    }
+    out
+}
+
+fn index_tensor(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let idxs = cx.opt_tensors("indices")?;
+    let ai = adv_index(cx, x, &idxs)?;
+    let dims = cx.dims(x);
+    let r = dims.len();
+    let slice_sizes: Vec<i64> =
+        dims.iter().enumerate().map(|(i, d)| if ai.pos.contains(&i) { 1 } else { d.as_static().unwrap_or(-1) }).collect();
+    let pos: Vec<i64> = ai.pos.iter().map(|&p| p as i64).collect();
+    let attrs = Attrs::new()
+        .with("offset_dims", Attr::Ints(window_positions(r, &ai)))
+        .with("collapsed_slice_dims", Attr::Ints(pos.clone()))
+        .with("operand_batching_dims", Attr::Ints(vec![]))
+        .with("start_indices_batching_dims", Attr::Ints(vec![]))
+        .with("start_index_map", Attr::Ints(pos))
+        .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
+        .with("slice_sizes", Attr::Ints(slice_sizes));
+    one(cx.b.build1(O::Gather, &[x, ai.coords], attrs, None)?)
+}
+
+fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let idxs = cx.opt_tensors("indices")?;
+    let values = cx.t("values")?;
+    let accumulate = cx.bool_or("accumulate", false)?;
+    let dt = cx.dtype(x);
+    let values = cx.convert(values, dt)?;
+    // x[mask] = v with a boolean mask: a select when v is a single value.
+    if let [Some(m)] = idxs.as_slice() {
+        if cx.dtype(*m).is_bool() {
+            let nv = cx.ty(values).num_elements();
+            if nv != Some(1) {
+                return err("index_put with a boolean mask needs a single value");
+            }
+            let shape = cx.dims(x);
+            let mr = cx.rank(*m);
+            let bd: Vec<i64> = (0..mr as i64).collect();
+            let mb = cx.b.broadcast_in_dim(*m, &bd, shape.clone())?;
+            let vr = cx.reshape(values, vec![])?;
+            let vb = cx.broadcast_to(vr, &shape)?;
+            let new = if accumulate { cx.bin(O::Add, x, vb)? } else { vb };
+            return one(cx.select(mb, new, x)?);
+        }
+    }
+    let ai = adv_index(cx, x, &idxs)?;
+    let dims = cx.dims(x);
+    let r = dims.len();
+    // the shape x[indices] would have
+    let win = window_positions(r, &ai);
+    let out_rank = ai.bshape.len() + r - ai.pos.len();
+    let mut out_shape = vec![Dim::Static(0); out_rank];
+    let mut bi = 0;
+    let rest: Vec<Dim> = dims.iter().enumerate().filter(|(i, _)| !ai.pos.contains(i)).map(|(_, d)| d.clone()).collect();
+    for (i, slot) in out_shape.iter_mut().enumerate() {
+        if let Some(k) = win.iter().position(|&w| w == i as i64) {
+            *slot = rest[k].clone();
+        } else {
+            *slot = ai.bshape[bi].clone();
+            bi += 1;
+        }
+    }
+    let upd = cx.broadcast_to(values, &out_shape)?;
+    let pos: Vec<i64> = ai.pos.iter().map(|&p| p as i64).collect();
+    let attrs = Attrs::new()
+        .with("update_window_dims", Attr::Ints(win))
+        .with("inserted_window_dims", Attr::Ints(pos.clone()))
+        .with("input_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_dims_to_operand_dims", Attr::Ints(pos))
+        .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
+        .with("kind", Attr::Str(if accumulate { "add" } else { "replace" }.into()));
+    one(cx.b.build1(O::Scatter, &[x, ai.coords, upd], attrs, None)?)
+}
+
+fn index_add(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let idx = cx.t("index")?;
+    let src = cx.t("source")?;
+    let alpha = cx.opt_num("alpha")?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    if cx.rank(idx) != 1 {
+        return err("index_add needs a 1-D index");
+    }
+    let dt = cx.dtype(x);
+    let mut src = cx.convert(src, dt)?;
+    if let Some(a) = alpha {
+        if !a.is(1.0) {
+            let k = cx.full_like(a.scalar(), src)?;
+            src = cx.bin(O::Mul, src, k)?;
+        }
+    }
+    let sshape = cx.dims(src);
+    let ib = cx.b.broadcast_in_dim(idx, &[dim as i64], sshape)?;
+    let coords = full_coords(cx, ib, dim, cx.rank(x))?;
+    one(elementwise_scatter(cx, x, coords, src, "add")?)
+}
+
+/// `self` with `self[..., start:end:step, ...] = src` along `dim`.
+pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
+    let dims = cx.dims(x);
+    let n = static_of(dims.get(dim).ok_or("dim out of range")?, "slice_scatter dim")?;
+    if step <= 0 {
+        return err("slice_scatter step must be positive");
+    }
+    let clampi = |v: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(0, n);
+    let s = start.map_or(0, clampi);
+    let e = end.map_or(n, clampi).max(s);
+    let len = (e - s + step - 1) / step;
+    let sd = cx.dims(src);
+    if sd.get(dim) != Some(&Dim::Static(len)) || sd.len() != dims.len() {
+        return err(format!("slice_scatter src {} does not fit the slice of length {len}", cx.ty(src)));
+    }
+    if len == 0 {
+        return Ok(x);
+    }
+    let dt = cx.dtype(x);
+    let src = cx.convert(src, dt)?;
+    let r = dims.len();
+    let mut lo = vec![0i64; r];
+    let mut hi = vec![0i64; r];
+    let mut interior = vec![0i64; r];
+    lo[dim] = s;
+    hi[dim] = n - (s + (len - 1) * step + 1);
+    interior[dim] = step - 1;
+    let zero = cx.scalar(Scalar::Int(0), dt)?;
+    let padded = cx.b.pad(src, zero, &lo, &hi, &interior)?;
+    // mask of the written positions along dim
+    let io = cx.iota(DType::I64, &[Dim::Static(n)], 0)?;
+    let sv = cx.full_like(Scalar::Int(s), io)?;
+    let ev = cx.full_like(Scalar::Int(s + (len - 1) * step + 1), io)?;
+    let ge = cx.cmp("ge", io, sv)?;
+    let lt = cx.cmp("lt", io, ev)?;
+    let mut m = cx.bin(O::And, ge, lt)?;
+    if step > 1 {
+        let off = cx.bin(O::Sub, io, sv)?;
+        let st = cx.full_like(Scalar::Int(step), io)?;
+        let rem = cx.bin(O::Rem, off, st)?;
+        let z = cx.full_like(Scalar::Int(0), io)?;
+        let on = cx.cmp("eq", rem, z)?;
+        m = cx.bin(O::And, m, on)?;
+    }
+    let mb = cx.b.broadcast_in_dim(m, &[dim as i64], dims)?;
+    cx.select(mb, padded, x)
+}
+
+fn slice_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let src = cx.t("src")?;
+    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let start = cx.opt_int("start")?;
+    let end = cx.opt_int("end")?.filter(|&e| e < MAX_SIZE);
+    let step = cx.int_or("step", 1)?;
+    one(slice_scatter_v(cx, x, src, dim, start, end, step)?)
+}
+
+fn select_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let src = cx.t("src")?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let n = static_of(&cx.dims(x)[dim], "select_scatter dim")?;
+    let i = cx.int("index")?;
+    let i = if i < 0 { i + n } else { i };
+    if i < 0 || i >= n {
+        return err(format!("select_scatter index out of range for size {n}"));
+    }
+    let s = unsqueeze_v(cx, src, dim as i64)?;
+    one(slice_scatter_v(cx, x, s, dim, Some(i), Some(i + 1), 1)?)
+}

@@ -1,0 +1,633 @@
+//! Reductions, scans, softmax, sorting and top-k.
+//!
+//! Sums and products of integers and bools accumulate in i64 as ATen does; f16/bf16 sums
+//! accumulate in f32 (the CPU kernels' accumulation type) and round once at the end. An
+//! empty or omitted dim list means all dims. Means divide the sum by the element count
+//! (counted at run time for symbolic dims).
+
+use super::*;
+use Opcode as O;
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("sum.default", sum),
+    ("sum.dim_IntList", sum),
+    ("mean.default", mean),
+    ("mean.dim", mean),
+    ("prod.default", prod),
+    ("prod.dim_int", prod),
+    ("amax.default", amax),
+    ("amin.default", amin),
+    ("max.default", max_all),
+    ("min.default", min_all),
+    ("max.dim", max_dim),
+    ("min.dim", min_dim),
+    ("aminmax.default", aminmax),
+    ("argmax.default", argmax),
+    ("argmin.default", argmin),
+    ("any.default", any),
+    ("any.dim", any),
+    ("any.dims", any),
+    ("all.default", all),
+    ("all.dim", all),
+    ("all.dims", all),
+    ("var.default", var),
+    ("var.dim", var),
+    ("var.correction", var),
+    ("std.default", std),
+    ("std.dim", std),
+    ("std.correction", std),
+    ("var_mean.correction", var_mean),
+    ("var_mean.dim", var_mean),
+    ("std_mean.correction", std_mean),
+    ("std_mean.dim", std_mean),
+    ("logsumexp.default", logsumexp),
+    ("linalg_vector_norm.default", vector_norm),
+    ("norm.ScalarOpt_dim", norm),
+    ("norm.Scalar", norm),
+    ("cumsum.default", cumsum),
+    ("cumprod.default", cumprod),
+    ("cummax.default", cummax),
+    ("cummin.default", cummin),
+    ("_softmax.default", softmax_internal),
+    ("_log_softmax.default", log_softmax_internal),
+    ("softmax.int", softmax),
+    ("log_softmax.int", log_softmax),
+    ("_safe_softmax.default", safe_softmax),
+    ("sort.default", sort),
+    ("sort.stable", sort),
+    ("argsort.default", argsort),
+    ("argsort.stable", argsort),
+    ("topk.default", topk),
+    ("count_nonzero.dim_IntList", count_nonzero),
+    ("count_nonzero.default", count_nonzero),
+];
+
+/// The reduced dims from a `dim` argument (omitted, None or empty: all).
+fn reduce_dims(cx: &Ctx, x: ValueId, name: &str) -> R<Vec<usize>> {
+    let r = cx.rank(x);
+    let ds = if cx.has(name) { cx.ints(name)? } else { Vec::new() };
+    if ds.is_empty() {
+        return Ok((0..r).collect());
+    }
+    let mut out: Vec<usize> = ds.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?;
+    out.sort_unstable();
+    out.dedup();
+    // rank-0 tensors reduce over nothing
+    if r == 0 {
+        out.clear();
+    }
+    Ok(out)
+}
+
+fn keepdim(cx: &Ctx) -> R<bool> {
+    cx.bool_or("keepdim", false)
+}
+
+/// Accumulation dtype: i64 for integers and bool, f32 for half types.
+fn acc_dtype(d: DType) -> DType {
+    match d {
+        DType::Bool | DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 => DType::I64,
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+/// Result dtype of sum/prod: the `dtype` argument, i64 for integers and bool, else the input's.
+fn sum_dtype(cx: &Ctx, x: ValueId) -> R<DType> {
+    Ok(match cx.opt_dtype("dtype")? {
+        Some(d) => d,
+        None => {
+            let d = cx.dtype(x);
+            if d.is_int() || d.is_bool() {
+                if d == DType::U64 {
+                    DType::U64
+                } else {
+                    DType::I64
+                }
+            } else {
+                d
+            }
+        }
+    })
+}
+
+pub fn sum_v(cx: &mut Ctx, x: ValueId, dims: &[usize], keep: bool, out: DType) -> R<ValueId> {
+    let acc = acc_dtype(out);
+    let xv = cx.convert(x, acc)?;
+    let s = cx.reduce(xv, "sum", dims, keep)?;
+    cx.convert(s, out)
+}
+
+fn sum(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let out = sum_dtype(cx, x)?;
+    let k = keepdim(cx)?;
+    one(sum_v(cx, x, &dims, k, out)?)
+}
+
+pub fn mean_v(cx: &mut Ctx, x: ValueId, dims: &[usize], keep: bool, out: DType) -> R<ValueId> {
+    let acc = acc_dtype(out);
+    let xv = cx.convert(x, acc)?;
+    let s = cx.reduce(xv, "sum", dims, keep)?;
+    let n = cx.count(xv, dims, acc)?;
+    let shape = cx.dims(s);
+    let n = cx.broadcast_to(n, &shape)?;
+    let m = cx.bin(O::Div, s, n)?;
+    cx.convert(m, out)
+}
+
+fn mean(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let out = cx.opt_dtype("dtype")?.unwrap_or(cx.dtype(x));
+    if !(out.is_float() || out.is_complex()) {
+        return err(format!("mean needs a floating-point dtype, got {out}"));
+    }
+    let k = keepdim(cx)?;
+    one(mean_v(cx, x, &dims, k, out)?)
+}
+
+fn prod(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = if cx.has("dim") {
+        vec![norm_dim(cx.int("dim")?, cx.rank(x))?]
+    } else {
+        (0..cx.rank(x)).collect()
+    };
+    let out = sum_dtype(cx, x)?;
+    let k = keepdim(cx)?;
+    let acc = acc_dtype(out);
+    let xv = cx.convert(x, acc)?;
+    let p = cx.reduce(xv, "prod", &dims, k)?;
+    one(cx.convert(p, out)?)
+}
+
+fn minmax_reduce(cx: &mut Ctx, kind: &str, dim_arg: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = reduce_dims(cx, x, dim_arg)?;
+    let k = keepdim(cx)?;
+    let x = if cx.dtype(x).is_bool() { x } else { x };
+    let kind = if cx.dtype(x).is_bool() { if kind == "max" { "or" } else { "and" } } else { kind };
+    one(cx.reduce(x, kind, &dims, k)?)
+}
+
+fn amax(cx: &mut Ctx) -> R<Vec<Val>> {
+    minmax_reduce(cx, "max", "dim")
+}
+fn amin(cx: &mut Ctx) -> R<Vec<Val>> {
+    minmax_reduce(cx, "min", "dim")
+}
+fn max_all(cx: &mut Ctx) -> R<Vec<Val>> {
+    minmax_reduce(cx, "max", "__all__")
+}
+fn min_all(cx: &mut Ctx) -> R<Vec<Val>> {
+    minmax_reduce(cx, "min", "__all__")
+}
+
+/// Index of the first max/min along `dim` (removed unless `keep`).
+pub fn arg_v(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str, keep: bool) -> R<ValueId> {
+    let xv = if cx.dtype(x).is_bool() { cx.convert(x, DType::U8)? } else { x };
+    let a = cx.b.build1(
+        O::ArgReduce,
+        &[xv],
+        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", Attr::Str(kind.into())),
+        Some(TensorType::new(DType::I64, cx.dims(x).into_iter().enumerate().filter(|(i, _)| *i != dim).map(|(_, d)| d))),
+    )?;
+    if keep {
+        let kept = keep_dims(&cx.dims(x), &[dim]);
+        return cx.reshape(a, kept);
+    }
+    Ok(a)
+}
+
+fn max_min_dim(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let r = cx.rank(x);
+    let d = norm_dim(cx.int("dim")?, r)?;
+    let k = keepdim(cx)?;
+    let dims: Vec<usize> = if r == 0 { vec![] } else { vec![d] };
+    let rk = if cx.dtype(x).is_bool() { if kind == "max" { "or" } else { "and" } } else { kind };
+    let v = cx.reduce(x, rk, &dims, k)?;
+    let i = if cx.used(1) {
+        if r == 0 {
+            Val::Tensor(cx.full(Scalar::Int(0), DType::I64, &[])?)
+        } else {
+            Val::Tensor(arg_v(cx, x, d, &format!("arg{kind}"), k)?)
+        }
+    } else {
+        Val::Absent
+    };
+    Ok(vec![Val::Tensor(v), i])
+}
+fn max_dim(cx: &mut Ctx) -> R<Vec<Val>> {
+    max_min_dim(cx, "max")
+}
+fn min_dim(cx: &mut Ctx) -> R<Vec<Val>> {
+    max_min_dim(cx, "min")
+}
+
+fn aminmax(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let k = keepdim(cx)?;
+    let dims: Vec<usize> = match cx.opt_int("dim")? {
+        Some(d) => vec![norm_dim(d, cx.rank(x))?],
+        None => (0..cx.rank(x)).collect(),
+    };
+    let lo = cx.reduce(x, "min", &dims, k)?;
+    let hi = cx.reduce(x, "max", &dims, k)?;
+    Ok(vec![Val::Tensor(lo), Val::Tensor(hi)])
+}
+
+fn arg_reduce(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let k = keepdim(cx)?;
+    match cx.opt_int("dim")? {
+        Some(d) => {
+            let r = cx.rank(x);
+            if r == 0 {
+                return one(cx.full(Scalar::Int(0), DType::I64, &[])?);
+            }
+            let d = norm_dim(d, r)?;
+            one(arg_v(cx, x, d, kind, k)?)
+        }
+        None => {
+            let t = cx.ty(x);
+            let n = t.num_elements_expr();
+            let flat = cx.reshape(x, vec![Dim::from_expr(n)])?;
+            let a = arg_v(cx, flat, 0, kind, false)?;
+            if k {
+                let ones = vec![Dim::Static(1); t.rank()];
+                return one(cx.reshape(a, ones)?);
+            }
+            one(a)
+        }
+    }
+}
+fn argmax(cx: &mut Ctx) -> R<Vec<Val>> {
+    arg_reduce(cx, "argmax")
+}
+fn argmin(cx: &mut Ctx) -> R<Vec<Val>> {
+    arg_reduce(cx, "argmin")
+}
+
+fn any_all(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let k = keepdim(cx)?;
+    let b = cx.to_bool(x)?;
+    let r = cx.reduce(b, kind, &dims, k)?;
+    if cx.dtype(x) == DType::U8 {
+        return one(cx.convert(r, DType::U8)?);
+    }
+    one(r)
+}
+fn any(cx: &mut Ctx) -> R<Vec<Val>> {
+    any_all(cx, "or")
+}
+fn all(cx: &mut Ctx) -> R<Vec<Val>> {
+    any_all(cx, "and")
+}
+
+/// Variance over `dims` with `correction`, two-pass: sum((x - mean)^2) / (N - correction).
+pub fn var_v(cx: &mut Ctx, x: ValueId, dims: &[usize], correction: f64, keep: bool) -> R<(ValueId, ValueId)> {
+    let out = cx.dtype(x);
+    let acc = acc_dtype(out);
+    let xv = cx.convert(x, acc)?;
+    let s = cx.reduce(xv, "sum", dims, true)?;
+    let n = cx.count(xv, dims, acc)?;
+    let nb = {
+        let sh = cx.dims(s);
+        cx.broadcast_to(n, &sh)?
+    };
+    let mean = cx.bin(O::Div, s, nb)?;
+    let shape = cx.dims(xv);
+    let mb = cx.broadcast_to(mean, &shape)?;
+    let d = cx.bin(O::Sub, xv, mb)?;
+    let sq = cx.bin(O::Mul, d, d)?;
+    let ss = cx.reduce(sq, "sum", dims, keep)?;
+    let c = cx.scalar(Scalar::Float(correction), acc)?;
+    let denom = cx.bin(O::Sub, n, c)?;
+    let zero = cx.scalar(Scalar::Float(0.0), acc)?;
+    let denom = cx.bin(O::Max, denom, zero)?;
+    let sh = cx.dims(ss);
+    let denom = cx.broadcast_to(denom, &sh)?;
+    let var = cx.bin(O::Div, ss, denom)?;
+    let mean_out = if keep { mean } else { cx.reshape(mean, sh)? };
+    Ok((cx.convert(var, out)?, cx.convert(mean_out, out)?))
+}
+
+/// The correction of var/std: `correction` (default 1) or `unbiased` (default true).
+fn correction(cx: &Ctx) -> R<f64> {
+    if let Some(c) = cx.opt_num("correction")? {
+        return Ok(c.as_f64());
+    }
+    Ok(if cx.bool_or("unbiased", true)? { 1.0 } else { 0.0 })
+}
+
+fn var_like(cx: &mut Ctx, std: bool, with_mean: bool) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let k = keepdim(cx)?;
+    let c = correction(cx)?;
+    let (v, m) = var_v(cx, x, &dims, c, k)?;
+    let v = if std { cx.un(O::Sqrt, v)? } else { v };
+    if with_mean {
+        Ok(vec![Val::Tensor(v), Val::Tensor(m)])
+    } else {
+        one(v)
+    }
+}
+fn var(cx: &mut Ctx) -> R<Vec<Val>> {
+    var_like(cx, false, false)
+}
+fn std(cx: &mut Ctx) -> R<Vec<Val>> {
+    var_like(cx, true, false)
+}
+fn var_mean(cx: &mut Ctx) -> R<Vec<Val>> {
+    var_like(cx, false, true)
+}
+fn std_mean(cx: &mut Ctx) -> R<Vec<Val>> {
+    var_like(cx, true, true)
+}
+
+/// `log(sum(exp(x - m))) + m` with `m = amax(x)` (infinite maxima replaced by 0), as ATen.
+fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let k = keepdim(cx)?;
+    let m = cx.reduce(x, "max", &dims, true)?;
+    let am = cx.un(O::Abs, m)?;
+    let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
+    let is_inf = cx.cmp("eq", am, inf)?;
+    let z = cx.full_like(Scalar::Float(0.0), m)?;
+    let m = cx.select(is_inf, z, m)?;
+    let shape = cx.dims(x);
+    let mb = cx.broadcast_to(m, &shape)?;
+    let d = cx.bin(O::Sub, x, mb)?;
+    let e = cx.un(O::Exp, d)?;
+    let s = cx.reduce(e, "sum", &dims, k)?;
+    let l = cx.un(O::Log, s)?;
+    let m2 = if k { m } else { cx.reshape(m, cx.dims(l))? };
+    one(cx.bin(O::Add, l, m2)?)
+}
+
+fn norm_v(cx: &mut Ctx, x: ValueId, ord: f64, dims: &[usize], keep: bool) -> R<ValueId> {
+    let a = cx.un(O::Abs, x)?;
+    if ord == f64::INFINITY {
+        return cx.reduce(a, "max", dims, keep);
+    }
+    if ord == f64::NEG_INFINITY {
+        return cx.reduce(a, "min", dims, keep);
+    }
+    if ord == 0.0 {
+        let z = cx.full_like(Scalar::Float(0.0), x)?;
+        let nz = cx.cmp("ne", x, z)?;
+        let f = cx.convert(nz, cx.dtype(x))?;
+        return cx.reduce(f, "sum", dims, keep);
+    }
+    if ord == 1.0 {
+        return cx.reduce(a, "sum", dims, keep);
+    }
+    if ord == 2.0 {
+        let sq = cx.bin(O::Mul, x, x)?;
+        let s = cx.reduce(sq, "sum", dims, keep)?;
+        return cx.un(O::Sqrt, s);
+    }
+    let p = cx.bin_c(O::Pow, a, ord)?;
+    let s = cx.reduce(p, "sum", dims, keep)?;
+    cx.bin_c(O::Pow, s, 1.0 / ord)
+}
+
+fn vector_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = match cx.opt_dtype("dtype")? {
+        Some(d) => cx.convert(x, d)?,
+        None => cx.float_of(x)?,
+    };
+    let ord = cx.opt_num("ord")?.map_or(2.0, Num::as_f64);
+    let dims = reduce_dims(cx, x, "dim")?;
+    let k = keepdim(cx)?;
+    one(norm_v(cx, x, ord, &dims, k)?)
+}
+
+fn norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let ord = cx.opt_num("p")?.map_or(2.0, Num::as_f64);
+    let dims = reduce_dims(cx, x, "dim")?;
+    let k = keepdim(cx)?;
+    one(norm_v(cx, x, ord, &dims, k)?)
+}
+
+fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str) -> R<ValueId> {
+    Ok(cx.b.build1(
+        O::Scan,
+        &[x],
+        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", Attr::Str(kind.into())),
+        None,
+    )?)
+}
+
+fn cum(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let out = sum_dtype(cx, x)?;
+    let r = cx.rank(x);
+    let d = norm_dim(cx.int("dim")?, r)?;
+    let acc = acc_dtype(out);
+    let xv = cx.convert(x, acc)?;
+    if r == 0 {
+        return one(cx.convert(xv, out)?);
+    }
+    let s = scan(cx, xv, d, kind)?;
+    one(cx.convert(s, out)?)
+}
+fn cumsum(cx: &mut Ctx) -> R<Vec<Val>> {
+    cum(cx, "sum")
+}
+fn cumprod(cx: &mut Ctx) -> R<Vec<Val>> {
+    cum(cx, "prod")
+}
+
+/// cummax/cummin: values by scan; indices of the last position holding the running extreme
+/// (ATen keeps the latest index on ties: `x >= running` updates the index).
+fn cum_ext(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let r = cx.rank(x);
+    let d = norm_dim(cx.int("dim")?, r)?;
+    if r == 0 {
+        let z = cx.full(Scalar::Int(0), DType::I64, &[])?;
+        return Ok(vec![Val::Tensor(x), Val::Tensor(z)]);
+    }
+    let v = scan(cx, x, d, kind)?;
+    let idx = if cx.used(1) {
+        // positions where x equals the running value; the index is the running max of those
+        let dims = cx.dims(x);
+        let io = cx.iota(DType::I64, &dims, d)?;
+        let hit = cx.cmp("eq", x, v)?;
+        let neg = cx.full(Scalar::Int(-1), DType::I64, &dims)?;
+        let cand = cx.select(hit, io, neg)?;
+        Val::Tensor(scan(cx, cand, d, "max")?)
+    } else {
+        Val::Absent
+    };
+    Ok(vec![Val::Tensor(v), idx])
+}
+fn cummax(cx: &mut Ctx) -> R<Vec<Val>> {
+    cum_ext(cx, "max")
+}
+fn cummin(cx: &mut Ctx) -> R<Vec<Val>> {
+    cum_ext(cx, "min")
+}
+
+/// Softmax-like op along `dim`, computed in f32 for half types and converted to `out`.
+pub fn softmax_v(cx: &mut Ctx, x: ValueId, dim: i64, op: Opcode, out: DType) -> R<ValueId> {
+    let r = cx.rank(x);
+    let xin = cx.float_of(x)?;
+    let compute = acc_dtype(cx.dtype(xin)).max_float(out);
+    let xv = cx.convert(xin, compute)?;
+    if r == 0 {
+        let v = if op == O::Softmax { cx.full_like(Scalar::Float(1.0), xv)? } else { cx.full_like(Scalar::Float(0.0), xv)? };
+        return cx.convert(v, out);
+    }
+    let d = norm_dim(dim, r)?;
+    let s = cx.b.build1(op, &[xv], Attrs::new().with("dimension", Attr::Int(d as i64)), None)?;
+    cx.convert(s, out)
+}
+
+trait MaxFloat {
+    fn max_float(self, other: DType) -> DType;
+}
+impl MaxFloat for DType {
+    /// f32 unless f64 is involved.
+    fn max_float(self, other: DType) -> DType {
+        if self == DType::F64 || other == DType::F64 {
+            DType::F64
+        } else {
+            self
+        }
+    }
+}
+
+fn softmax_internal_impl(cx: &mut Ctx, op: Opcode) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dim = cx.int("dim")?;
+    let h2f = cx.bool_or("half_to_float", false)?;
+    let xd = cx.dtype(x);
+    let out = if h2f && matches!(xd, DType::F16 | DType::BF16) { DType::F32 } else { xd };
+    one(softmax_v(cx, x, dim, op, out)?)
+}
+fn softmax_internal(cx: &mut Ctx) -> R<Vec<Val>> {
+    softmax_internal_impl(cx, O::Softmax)
+}
+fn log_softmax_internal(cx: &mut Ctx) -> R<Vec<Val>> {
+    softmax_internal_impl(cx, O::LogSoftmax)
+}
+
+fn softmax_pub(cx: &mut Ctx, op: Opcode) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dim = cx.int("dim")?;
+    let out = match cx.opt_dtype("dtype")? {
+        Some(d) => d,
+        None => {
+            let d = cx.dtype(x);
+            if d.is_float() {
+                d
+            } else {
+                dtypes::DEFAULT_FLOAT
+            }
+        }
+    };
+    let x = cx.convert(x, out)?;
+    one(softmax_v(cx, x, dim, op, out)?)
+}
+fn softmax(cx: &mut Ctx) -> R<Vec<Val>> {
+    softmax_pub(cx, O::Softmax)
+}
+fn log_softmax(cx: &mut Ctx) -> R<Vec<Val>> {
+    softmax_pub(cx, O::LogSoftmax)
+}
+
+/// Softmax that gives 0 for rows that are entirely -inf.
+fn safe_softmax(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dim = cx.int("dim")?;
+    let out = cx.opt_dtype("dtype")?.unwrap_or(cx.dtype(x));
+    let s = softmax_v(cx, x, dim, O::Softmax, out)?;
+    let d = norm_dim(dim, cx.rank(x))?;
+    let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;
+    let masked = cx.cmp("eq", x, ninf)?;
+    let allm = cx.reduce(masked, "and", &[d], true)?;
+    let shape = cx.dims(s);
+    let allm = cx.broadcast_to(allm, &shape)?;
+    let z = cx.full_like(Scalar::Float(0.0), s)?;
+    one(cx.select(allm, z, s)?)
+}
+
+pub fn sort_v(cx: &mut Ctx, x: ValueId, dim: usize, descending: bool) -> R<(ValueId, ValueId)> {
+    let r = cx.b.build(
+        O::Sort,
+        &[x],
+        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("descending", Attr::Bool(descending)),
+        None,
+    )?;
+    match r.as_slice() {
+        [v, i] => Ok((*v, *i)),
+        _ => err("internal: sort results"),
+    }
+}
+
+fn sort(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let r = cx.rank(x);
+    let d = cx.int_or("dim", -1)?;
+    let desc = cx.bool_or("descending", false)?;
+    if r == 0 {
+        let z = cx.full(Scalar::Int(0), DType::I64, &[])?;
+        return Ok(vec![Val::Tensor(x), Val::Tensor(z)]);
+    }
+    let (v, i) = sort_v(cx, x, norm_dim(d, r)?, desc)?;
+    Ok(vec![Val::Tensor(v), Val::Tensor(i)])
+}
+
+fn argsort(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let r = cx.rank(x);
+    let d = cx.int_or("dim", -1)?;
+    let desc = cx.bool_or("descending", false)?;
+    if r == 0 {
+        return one(cx.full(Scalar::Int(0), DType::I64, &[])?);
+    }
+    let (_, i) = sort_v(cx, x, norm_dim(d, r)?, desc)?;
+    one(i)
+}
+
+fn topk(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let r = cx.rank(x);
+    let k = cx.int("k")?;
+    let d = norm_dim(cx.int_or("dim", -1)?, r)?;
+    let largest = cx.bool_or("largest", true)?;
+    if r == 0 {
+        let z = cx.full(Scalar::Int(0), DType::I64, &[])?;
+        return Ok(vec![Val::Tensor(x), Val::Tensor(z)]);
+    }
+    let n = static_of(&cx.dims(x)[d], "topk dim")?;
+    if k < 0 || k > n {
+        return err(format!("topk k={k} out of range for a dim of size {n}"));
+    }
+    let (v, i) = sort_v(cx, x, d, largest)?;
+    let v = super::shape::slice_static(cx, v, d, 0, k, 1)?;
+    let i = super::shape::slice_static(cx, i, d, 0, k, 1)?;
+    Ok(vec![Val::Tensor(v), Val::Tensor(i)])
+}
+
+fn count_nonzero(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = reduce_dims(cx, x, "dim")?;
+    let b = cx.to_bool(x)?;
+    let i = cx.convert(b, DType::I64)?;
+    one(cx.reduce(i, "sum", &dims, false)?)
+}
