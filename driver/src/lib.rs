@@ -9,6 +9,7 @@
 //! as IR that fails verification after a pass (exit 2).
 
 pub mod exec;
+pub mod session;
 pub mod tensor;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,413 @@
+//! In-process compile-and-run for callers that hold programs and tensors in memory: the Python
+//! extension behind `torch.compile(backend="tpuc")`.
+//!
+//! ```text
+//! program JSON (bytes) ─► import_bytes ─► lower (passes, StableHLO) ─► compile_stablehlo ─► Program
+//! Program::set_weight(arg, bytes)   weights uploaded once, kept on the device
+//! Program::run(&[&[u8]])            user inputs borrowed (no copy on our side) ─► output bytes
+//! ```
+//!
+//! Needs: a torch.export-schema program whose inputs are parameters, buffers, constants and
+//! user inputs (no weight data: the caller owns the tensors and supplies them with
+//! [`Program::set_weight`]), static shapes.
+//! Guarantees: every compile goes through [`crate::exec::compile_stablehlo`] (so through the
+//! executable cache once the driver has one); inputs are checked against the signature (byte
+//! size per argument) before anything reaches PJRT; errors that concern one FX node carry it
+//! ([`error_node`]).
+
+use crate::exec::{self, CompileRequest, CompileSummary, ExecError, RunTimes, Target};
+use crate::{DriverError, Emit, LowerOptions, Timings};
+use std::path::PathBuf;
+use std::time::Instant;
+use tpuc_frontend_fx::{ImportError, InputSlot, NodeRef, OutputSlot};
+use tpuc_ir::{ArgKind, DType, TensorType};
+use tpuc_lowering_stablehlo::EmitError;
+use tpuc_runtime as rt;
+
+/// How to compile one program.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    pub target: Target,
+    /// TPU topology such as `v5e:2x2` (TPU only).
+    pub topology: Option<String>,
+    /// Explicit plugin file (default: discovered).
+    pub plugin: Option<PathBuf>,
+    /// Write the IR after every pass, the final IR, the StableHLO and the compile summary here,
+    /// under the program's name.
+    pub dump_dir: Option<PathBuf>,
+    /// Verify the IR after every pass.
+    pub verify_each: bool,
+    /// Name of the program (file names of dumps, messages).
+    pub name: String,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            target: Target::Cpu,
+            topology: None,
+            plugin: None,
+            dump_dir: None,
+            verify_each: false,
+            name: "graph".to_string(),
+        }
+    }
+}
+
+/// One argument of `main`.
+#[derive(Clone, Debug)]
+pub struct ArgInfo {
+    pub name: String,
+    pub kind: ArgKind,
+    pub ty: TensorType,
+    /// Dense byte size (static shapes only).
+    pub bytes: usize,
+}
+
+/// A compiled program with its weights resident on the device.
+pub struct Program {
+    pub name: String,
+    /// One entry per signature input, in order.
+    pub inputs: Vec<InputSlot>,
+    /// One entry per signature output, in order.
+    pub outputs: Vec<OutputSlot>,
+    /// `main`'s arguments.
+    pub args: Vec<ArgInfo>,
+    /// `main`'s results.
+    pub results: Vec<TensorType>,
+    pub stablehlo: String,
+    pub summary: CompileSummary,
+    pub timings: Timings,
+    /// The serialized executable (what a TPU compile without a device produces).
+    pub serialized: Vec<u8>,
+    loaded: Option<rt::LoadedExecutable>,
+    device: Option<rt::Device>,
+    /// One slot per argument: the resident buffer of a weight once set.
+    resident: Vec<Option<rt::Buffer>>,
+    /// Positions of the user-input arguments.
+    user_args: Vec<usize>,
+}
+
+/// Imports, lowers and compiles a serialized program.
+pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, DriverError> {
+    let start = Instant::now();
+    let imported = crate::import_bytes(program)?;
+    let import_time = start.elapsed();
+    let inputs = imported.inputs.clone();
+    let outputs = imported.outputs.clone();
+    let module_dump = options.dump_dir.as_ref().map(|d| d.join(&options.name));
+    let lower_options = LowerOptions {
+        verify_each: options.verify_each,
+        dump_dir: module_dump.as_ref().map(|d| d.join("passes")),
+        debug_locations: false,
+        module_name: Some(sanitize(&options.name)),
+        ..Default::default()
+    };
+    let mut lowered = crate::lower(imported, &lower_options, Emit::StableHlo)?;
+    lowered.timings.import = import_time;
+    let module = &lowered.module;
+    exec::check_target_support(module, options.target)?;
+    let func = module.main_func().ok_or_else(|| ExecError::Unsupported("the program has no function".into()))?;
+    let entry = module.entry_block(func);
+    let mut args = Vec::new();
+    for (i, (&v, info)) in module.blocks[entry].args.iter().zip(&func.args).enumerate() {
+        let ty = module.values[v].ty.clone();
+        let bytes = ty.size_bytes().ok_or_else(|| {
+            ExecError::Unsupported(format!(
+                "argument {i} (`{}`) has the dynamic type {ty}: tpuc compiles one program per shape; \
+                 retrace with static shapes",
+                info.name
+            ))
+        })?;
+        args.push(ArgInfo { name: info.name.clone(), kind: info.kind, ty, bytes });
+    }
+    let results: Vec<TensorType> = match module.blocks[entry].ops.last() {
+        Some(&ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
+        None => Vec::new(),
+    };
+    if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {
+        return Err(ExecError::Unsupported(format!("a result has the dynamic type {t}")).into());
+    }
+    let stablehlo = lowered.stablehlo.take().unwrap_or_default();
+    if let Some(dir) = &module_dump {
+        write(dir, "module.tpuc", tpuc_ir::print_module(module).as_bytes())?;
+        write(dir, "module.stablehlo.mlir", stablehlo.as_bytes())?;
+    }
+    let request = CompileRequest {
+        target: options.target,
+        topology: options.topology.clone(),
+        partitions: 1,
+        plugin: options.plugin.clone(),
+    };
+    let compiled = exec::compile_stablehlo(&stablehlo, &request)?;
+    if let Some(dir) = &module_dump {
+        let json = serde_json::to_vec_pretty(&compiled.summary).unwrap_or_default();
+        write(dir, "compile.json", &json)?;
+        if compiled.loaded.is_none() {
+            write(dir, "executable.bin", &compiled.serialized)?;
+        }
+    }
+    let device = match &compiled.loaded {
+        Some(l) => Some(l.devices().first().cloned().ok_or_else(|| {
+            ExecError::Unsupported("the loaded executable has no device".into())
+        })?),
+        None => None,
+    };
+    let user_args = args.iter().enumerate().filter(|(_, a)| !a.kind.is_weight()).map(|(i, _)| i).collect();
+    Ok(Program {
+        name: options.name.clone(),
+        inputs,
+        outputs,
+        resident: args.iter().map(|_| None).collect(),
+        args,
+        results,
+        stablehlo,
+        summary: compiled.summary,
+        timings: lowered.timings,
+        serialized: compiled.serialized,
+        loaded: compiled.loaded,
+        device,
+        user_args,
+    })
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("m_{s}")
+    } else {
+        s
+    }
+}
+
+fn write(dir: &std::path::Path, file: &str, data: &[u8]) -> Result<(), ExecError> {
+    let path = dir.join(file);
+    std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&path, data))
+        .map_err(|source| ExecError::Write { path: path.display().to_string(), source })
+}
+
+impl Program {
+    /// True when this host can run the program (a TPU compile without a device cannot).
+    pub fn can_run(&self) -> bool {
+        self.loaded.is_some()
+    }
+
+    /// Positions of the user-input arguments, in order.
+    pub fn user_args(&self) -> &[usize] {
+        &self.user_args
+    }
+
+    /// Uploads the value of weight argument `arg` (dense, row-major bytes) and keeps it on the
+    /// device until the next `set_weight` of that argument.
+    pub fn set_weight(&mut self, arg: usize, bytes: &[u8]) -> Result<(), ExecError> {
+        let spec = self.args.get(arg).ok_or_else(|| ExecError::BadInput(format!("{}: no argument {arg}", self.name)))?;
+        if !spec.kind.is_weight() {
+            return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
+        }
+        let buffer = self.upload(arg, bytes)?;
+        self.resident[arg] = Some(buffer);
+        Ok(())
+    }
+
+    /// True when weight `arg` has a resident value.
+    pub fn has_weight(&self, arg: usize) -> bool {
+        self.resident.get(arg).is_some_and(Option::is_some)
+    }
+
+    fn upload(&self, arg: usize, bytes: &[u8]) -> Result<rt::Buffer, ExecError> {
+        let spec = &self.args[arg];
+        if bytes.len() != spec.bytes {
+            return Err(ExecError::BadInput(format!(
+                "{}: argument {arg} (`{}`, {}) needs {} bytes, got {}",
+                self.name,
+                spec.name,
+                spec.ty,
+                spec.bytes,
+                bytes.len()
+            )));
+        }
+        let (loaded, device) = self.runnable()?;
+        let dims = spec.ty.static_dims().unwrap_or_default();
+        Ok(loaded.client().buffer_from_host(bytes, exec::element_type(spec.ty.dtype), &dims, Some(device))?)
+    }
+
+    fn runnable(&self) -> Result<(&rt::LoadedExecutable, &rt::Device), ExecError> {
+        match (&self.loaded, &self.device) {
+            (Some(l), Some(d)) => Ok((l, d)),
+            _ => Err(ExecError::Unsupported(format!(
+                "{}: cannot run on {}: this host has no such device (the executable was compiled only)",
+                self.name, self.summary.target
+            ))),
+        }
+    }
+
+    /// Runs with `inputs`, one dense row-major byte slice per user-input argument in order.
+    /// Every weight must have been set. Returns the results' bytes, in order.
+    pub fn run(&self, inputs: &[&[u8]]) -> Result<(Vec<Vec<u8>>, RunTimes), ExecError> {
+        let mut times = RunTimes::default();
+        let t0 = Instant::now();
+        if inputs.len() != self.user_args.len() {
+            return Err(ExecError::BadInput(format!(
+                "{}: the program takes {} input(s), got {}",
+                self.name,
+                self.user_args.len(),
+                inputs.len()
+            )));
+        }
+        for (i, r) in self.resident.iter().enumerate() {
+            if self.args[i].kind.is_weight() && r.is_none() {
+                return Err(ExecError::BadInput(format!(
+                    "{}: {} `{}` has no value (set_weight was not called)",
+                    self.name,
+                    self.args[i].kind.name(),
+                    self.args[i].name
+                )));
+            }
+        }
+        let (loaded, _) = self.runnable()?;
+        times.check = t0.elapsed();
+        let t1 = Instant::now();
+        let mut uploaded = Vec::with_capacity(inputs.len());
+        for (&arg, bytes) in self.user_args.iter().zip(inputs) {
+            uploaded.push(self.upload(arg, bytes)?);
+        }
+        let mut next = uploaded.iter();
+        let args: Vec<&rt::Buffer> = self
+            .resident
+            .iter()
+            .map(|slot| match slot {
+                Some(b) => b,
+                None => next.next().expect("one upload per user input"),
+            })
+            .collect();
+        times.upload = t1.elapsed();
+        let t2 = Instant::now();
+        let outputs = loaded.execute(&args)?;
+        times.execute = t2.elapsed();
+        let t3 = Instant::now();
+        let refs: Vec<&rt::Buffer> = outputs.iter().collect();
+        let host = rt::Buffer::to_host_all(&refs)?;
+        times.download = t3.elapsed();
+        Ok((host, times))
+    }
+}
+
+/// The FX node an error is about, when it names one.
+pub fn error_node(e: &DriverError) -> Option<NodeRef> {
+    match e {
+        DriverError::Import(ImportError::UnsupportedOp { target, node, location }) => {
+            Some(NodeRef { node: node.clone(), target: target.clone(), source: location.clone() })
+        }
+        DriverError::Import(ImportError::Op { at, .. } | ImportError::TypeMismatch { at, .. }) => Some(at.clone()),
+        DriverError::Emit(EmitError::Unsupported { context, opcode, .. }) => {
+            // context: " (node `x` at model.py:3)"
+            let rest = context.split("node `").nth(1)?;
+            let (node, tail) = rest.split_once('`')?;
+            let source = tail.trim().strip_prefix("at ").map(|s| s.trim_end_matches(')').to_string());
+            Some(NodeRef { node: node.to_string(), target: opcode.to_string(), source })
+        }
+        _ => None,
+    }
+}
+
+/// A short name for the kind of an error, for callers that dispatch on it.
+pub fn error_kind(e: &DriverError) -> &'static str {
+    match e {
+        DriverError::Import(ImportError::UnsupportedOp { .. }) => "unsupported_op",
+        DriverError::Import(ImportError::Op { .. } | ImportError::TypeMismatch { .. }) => "op",
+        DriverError::Import(_) => "import",
+        DriverError::Emit(EmitError::Unsupported { .. }) => "lowering",
+        DriverError::Emit(EmitError::DynamicDim { .. }) => "dynamic_shape",
+        DriverError::Exec(ExecError::Plugin(_)) => "plugin",
+        DriverError::Exec(_) => "exec",
+        _ if !e.is_user_error() => "internal",
+        _ => "other",
+    }
+}
+
+/// The torch dtype name (`torch.<name>`) of an IR dtype.
+pub fn torch_dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "bool",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROGRAM: &str = r#"{"graph_module": {"graph": {
+        "inputs": [{"as_tensor": {"name": "w"}}, {"as_tensor": {"name": "x"}}],
+        "nodes": [{"target": "torch.ops.aten.add.Tensor", "name": "add",
+                   "inputs": [{"name": "self", "arg": {"as_tensor": {"name": "x"}}, "kind": 1},
+                              {"name": "other", "arg": {"as_tensor": {"name": "w"}}, "kind": 1}],
+                   "outputs": [{"as_tensor": {"name": "add"}}],
+                   "metadata": {"stack_trace": "File \"model.py\", line 3, in forward\n    x + w"}}],
+        "outputs": [{"as_tensor": {"name": "add"}}, {"as_none": true}],
+        "tensor_values": {
+            "w": {"dtype": 7, "sizes": [{"as_int": 2}]},
+            "x": {"dtype": 7, "sizes": [{"as_int": 2}]},
+            "add": {"dtype": 7, "sizes": [{"as_int": 2}]}}},
+        "signature": {
+            "input_specs": [{"parameter": {"arg": {"name": "w"}, "parameter_name": "w"}},
+                            {"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
+            "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": "add"}}}},
+                             {"user_output": {"arg": {"as_none": true}}}]}}}"#;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn compiles_and_runs_with_resident_weight() {
+        if tpuc_runtime::discover().plugin(Target::Cpu).is_err() {
+            eprintln!("skipped: no CPU PJRT plugin");
+            return;
+        }
+        let mut p = compile(PROGRAM.as_bytes().to_vec(), &SessionOptions::default()).unwrap();
+        assert_eq!(p.inputs, vec![InputSlot::Arg(0), InputSlot::Arg(1)]);
+        assert_eq!(p.outputs[0], OutputSlot::Result(0));
+        assert_eq!(p.user_args(), &[1]);
+        let x = f32s(&[1.0, 2.0]);
+        let err = p.run(&[&x]).unwrap_err().to_string();
+        assert!(err.contains("parameter `w` has no value"), "{err}");
+        p.set_weight(0, &f32s(&[10.0, 20.0])).unwrap();
+        let (out, _) = p.run(&[&x]).unwrap();
+        assert_eq!(out, vec![f32s(&[11.0, 22.0])]);
+        p.set_weight(0, &f32s(&[0.5, 0.5])).unwrap();
+        assert_eq!(p.run(&[&x]).unwrap().0, vec![f32s(&[1.5, 2.5])]);
+        let err = p.run(&[&x[..4]]).unwrap_err().to_string();
+        assert!(err.contains("needs 8 bytes, got 4"), "{err}");
+        assert!(p.set_weight(1, &x).is_err());
+    }
+
+    #[test]
+    fn unsupported_op_names_node_and_line() {
+        let bad = PROGRAM.replace("torch.ops.aten.add.Tensor", "torch.ops.aten.frobnicate.default");
+        let err = match compile(bad.into_bytes(), &SessionOptions::default()) {
+            Err(e) => e,
+            Ok(_) => panic!("compiled an unknown op"),
+        };
+        assert_eq!(error_kind(&err), "unsupported_op");
+        let at = error_node(&err).unwrap();
+        assert_eq!(at.node, "add");
+        assert_eq!(at.source.as_deref(), Some("model.py:3 in forward"));
+    }
+}
