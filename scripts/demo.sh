@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: build tpuc, import the GPT-2 block fixture (a
-# torch.export .pt2 archive), print its tpuc IR summary, lower it to StableHLO and check the
-# result with the real StableHLO verifier.
+# torch.export .pt2 archive), print its tpuc IR, lower it to StableHLO and check that with the
+# real StableHLO verifier, run it on the XLA CPU plugin against PyTorch eager's outputs, and
+# compile it for a TPU v5e topology (no TPU needed).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -17,3 +18,8 @@ echo "== tpuc lower $model -o target/demo/gpt2_block.mlir --timing"
 echo "   $(grep -c 'stablehlo\.' target/demo/gpt2_block.mlir) StableHLO ops, $(wc -c < target/demo/gpt2_block.mlir) bytes"
 echo "== StableHLO verifier (jaxlib MLIR bindings)"
 .venv/bin/python tests/verify_stablehlo.py target/demo/gpt2_block.mlir
+echo "== tpuc run $model on the XLA CPU plugin, compared with PyTorch eager"
+"$tpuc" run "$model" --inputs tests/fixtures/gpt2_block/input_0.npy \
+  --expect tests/fixtures/gpt2_block/expected_0.npy --rtol 1e-4 --atol 1e-5
+echo "== tpuc compile $model --target tpu --topology v5e:2x2 (no TPU needed)"
+"$tpuc" compile "$model" --target tpu --topology v5e:2x2 -o target/demo/gpt2_block.v5e.xla 2>/dev/null
