@@ -63,10 +63,10 @@ pub enum ImportError {
     UnsupportedOp { target: String, node: String, location: Option<String> },
     /// An op is known but this use of it is not supported or its arguments are invalid.
     #[error("op `{}` at node `{}`{}: {message}", .at.target, .at.node, paren(&.at.source))]
-    Op { at: NodeRef, message: String },
+    Op { at: Box<NodeRef>, message: String },
     /// The value an op produced disagrees with the type torch recorded for it.
     #[error("op `{}` at node `{}`{}: result `{value}` is {got}, but the program says {expected}", .at.target, .at.node, paren(&.at.source))]
-    TypeMismatch { at: NodeRef, value: String, got: String, expected: String },
+    TypeMismatch { at: Box<NodeRef>, value: String, got: String, expected: String },
     #[error("signature: {0}")]
     Signature(String),
     /// The imported module does not pass the IR verifier (a bug in the importer).

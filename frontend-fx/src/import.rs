@@ -386,7 +386,7 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
             .or_else(|| outs.iter().find_map(|o| o.name().map(str::to_string)))
             .unwrap_or_else(|| format!("node{i}"));
         let source = schema::stack_trace(node).and_then(schema::user_frame);
-        let at = || NodeRef { node: name.clone(), target: node.target.clone(), source: source.clone() };
+        let at = || Box::new(NodeRef { node: name.clone(), target: node.target.clone(), source: source.clone() });
         // An in-place op (`add_.Tensor`) in a non-functional graph: lower its functional form
         // and rebind the mutated input, unless that input is a view of another tensor.
         let (f, inplace_self) = match ops::lookup(&node.target) {

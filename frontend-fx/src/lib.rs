@@ -14,7 +14,13 @@
 //!
 //! Layout: [`archive`] reads the zip and the weights, [`schema`] the JSON, [`sympy`] symbolic
 //! sizes, [`dtypes`] torch dtypes and type promotion, `import` walks the graph, and `ops/`
-//! holds the ATen lowerings by family behind one registry ([`supported_targets`]).
+//! holds the ATen lowerings by family behind one registry ([`supported_targets`]). In-place
+//! variants (`add_.Tensor`) of registered ops are lowered through their functional form when
+//! the mutated tensor is not a view.
+//!
+//! Tests: `tests/import_fixtures.rs` (signatures, weights, errors), `tests/numerics.rs` (every
+//! fixture and the op-coverage models in `tests/data` run through a reference interpreter and
+//! match PyTorch eager), `tests/robustness.rs` (hostile input), `tests/snapshot.rs`.
 
 pub mod archive;
 pub mod dtypes;

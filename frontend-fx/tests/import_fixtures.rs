@@ -212,3 +212,18 @@ fn unknown_dtype_number_is_an_error() {
     let e = import_bytes(serde_json::to_vec(&v).unwrap()).unwrap_err();
     assert!(matches!(e, ImportError::UnknownDType(99)), "{e}");
 }
+
+#[test]
+fn every_fixture_target_is_supported() {
+    let ops = std::fs::read_to_string(common::fixtures_dir().join("OPS.md")).unwrap();
+    let supported = tpuc_frontend_fx::supported_targets();
+    let mut sorted = supported.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, supported, "sorted, without duplicates");
+    let listed: Vec<&str> = ops.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).collect();
+    assert!(listed.len() >= 50, "{} targets in OPS.md", listed.len());
+    for t in listed {
+        assert!(supported.iter().any(|s| s == t), "{t} is not supported");
+    }
+}

@@ -136,6 +136,11 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("celu.default", celu),
     ("softplus.default", softplus),
     ("logit.default", logit),
+    ("log_sigmoid_forward.default", log_sigmoid_forward),
+    ("log_sigmoid.default", log_sigmoid),
+    ("glu.default", glu),
+    ("hardshrink.default", hardshrink),
+    ("softshrink.default", softshrink),
 ];
 
 /// `self`, `other` and their common dtype.
@@ -469,7 +474,7 @@ fn bool_pair(cx: &mut Ctx) -> R<(ValueId, ValueId)> {
             Operand::N(n) => n.dtype(),
         };
         let v = cx.mat(o, d, &shape)?;
-        out[i] = Some(cx.to_bool(v)?);
+        out[i] = Some(cx.truthy(v)?);
     }
     match out {
         [Some(x), Some(y)] => Ok((x, y)),
@@ -491,7 +496,7 @@ fn logical_xor(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn logical_not(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let b = cx.to_bool(x)?;
+    let b = cx.truthy(x)?;
     one(cx.un(O::Not, b)?)
 }
 
@@ -531,7 +536,7 @@ fn where_(cx: &mut Ctx) -> R<Vec<Val>> {
         Operand::N(n) => n.dtype(),
     };
     let cv = cx.mat(&c, cd, &shape)?;
-    let cv = cx.to_bool(cv)?;
+    let cv = cx.truthy(cv)?;
     let x = cx.mat(&a, dt, &shape)?;
     let y = cx.mat(&b, dt, &shape)?;
     one(cx.select(cv, x, y)?)
@@ -549,7 +554,7 @@ fn masked_fill(cx: &mut Ctx) -> R<Vec<Val>> {
         Operand::N(n) => n.dtype(),
     };
     let mv = cx.mat(&m, md, &shape)?;
-    let mv = cx.to_bool(mv)?;
+    let mv = cx.truthy(mv)?;
     let fill = cx.mat(&v, dt, &shape)?;
     one(cx.select(mv, fill, x)?)
 }
@@ -983,7 +988,7 @@ fn elu(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn selu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    one(elu_v(cx, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0)?)
+    one(elu_v(cx, x, 1.673_263_242_354_377_3, 1.050_700_987_355_480_5, 1.0)?)
 }
 
 fn celu(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -1003,4 +1008,63 @@ fn logit(cx: &mut Ctx) -> R<Vec<Val>> {
     let d = cx.bin(O::Sub, o, x)?;
     let q = cx.bin(O::Div, x, d)?;
     one(cx.un(O::Log, q)?)
+}
+
+/// `log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))` (the CPU kernel's stable form).
+fn log_sigmoid_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
+    let z = cx.full_like(Scalar::Float(0.0), x)?;
+    let m = cx.bin(O::Min, x, z)?;
+    let a = cx.un(O::Abs, x)?;
+    let na = cx.un(O::Neg, a)?;
+    let e = cx.un(O::Exp, na)?;
+    let l = cx.un(O::Log1p, e)?;
+    cx.bin(O::Sub, m, l)
+}
+fn log_sigmoid(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    one(log_sigmoid_v(cx, x)?)
+}
+fn log_sigmoid_forward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let y = log_sigmoid_v(cx, x)?;
+    let buf = if cx.used(1) { Val::Tensor(cx.full(Scalar::Int(0), cx.dtype(x), &[Dim::Static(0)])?) } else { Val::Absent };
+    Ok(vec![Val::Tensor(y), buf])
+}
+
+/// `a * sigmoid(b)` of the two halves along `dim`.
+fn glu(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let d = norm_dim(cx.int_or("dim", -1)?, cx.rank(x))?;
+    let n = static_of(&cx.dims(x)[d], "glu dim")?;
+    if n % 2 != 0 {
+        return err(format!("glu needs an even dim, got {n}"));
+    }
+    let a = super::shape::slice_static(cx, x, d, 0, n / 2, 1)?;
+    let b = super::shape::slice_static(cx, x, d, n / 2, n, 1)?;
+    let s = cx.un(O::Logistic, b)?;
+    one(cx.bin(O::Mul, a, s)?)
+}
+
+fn hardshrink(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let l = cx.float_or("lambd", 0.5)?;
+    let a = cx.un(O::Abs, x)?;
+    let lv = cx.full_like(Scalar::Float(l), x)?;
+    let keep = cx.cmp("gt", a, lv)?;
+    let z = cx.full_like(Scalar::Float(0.0), x)?;
+    one(cx.select(keep, x, z)?)
+}
+
+fn softshrink(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let l = cx.float_or("lambd", 0.5)?;
+    let lv = cx.full_like(Scalar::Float(l), x)?;
+    let nl = cx.full_like(Scalar::Float(-l), x)?;
+    let up = cx.cmp("gt", x, lv)?;
+    let dn = cx.cmp("lt", x, nl)?;
+    let xm = cx.bin(O::Sub, x, lv)?;
+    let xp = cx.bin(O::Add, x, lv)?;
+    let z = cx.full_like(Scalar::Float(0.0), x)?;
+    let r = cx.select(dn, xp, z)?;
+    one(cx.select(up, xm, r)?)
 }

@@ -665,7 +665,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     }
 
     /// `x != 0` as bool (bool stays).
-    pub fn to_bool(&mut self, v: ValueId) -> R<ValueId> {
+    pub fn truthy(&mut self, v: ValueId) -> R<ValueId> {
         if self.dtype(v) == DType::Bool {
             return Ok(v);
         }

@@ -432,7 +432,10 @@ fn out_or_empty(cx: &mut Ctx, i: usize, v: Option<ValueId>) -> R<Val> {
     }
 }
 
-fn bn_args(cx: &Ctx) -> R<(ValueId, Option<ValueId>, Option<ValueId>, f64, f64)> {
+/// (input, weight, bias, momentum, eps)
+type BnArgs = (ValueId, Option<ValueId>, Option<ValueId>, f64, f64);
+
+fn bn_args(cx: &Ctx) -> R<BnArgs> {
     Ok((cx.t("input")?, cx.opt_t("weight")?, cx.opt_t("bias")?, cx.float_or("momentum", 0.1)?, cx.float_or("eps", 1e-5)?))
 }
 
@@ -1274,7 +1277,10 @@ fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
 // ------------------------------------------------------------------ upsampling
 
 /// Output sizes and scale factors of an upsample op over `nsp` trailing dims.
-fn upsample_sizes(cx: &Ctx, x: ValueId, nsp: usize) -> R<(Vec<i64>, Vec<i64>, Vec<Option<f64>>)> {
+/// (input sizes, output sizes, scale factors) of the upsampled dims.
+type UpsampleSizes = (Vec<i64>, Vec<i64>, Vec<Option<f64>>);
+
+fn upsample_sizes(cx: &Ctx, x: ValueId, nsp: usize) -> R<UpsampleSizes> {
     let dims = cx.dims(x);
     if dims.len() < nsp + 2 {
         return err(format!("upsampling needs rank {}, got {}", nsp + 2, cx.ty(x)));

@@ -60,6 +60,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("topk.default", topk),
     ("count_nonzero.dim_IntList", count_nonzero),
     ("count_nonzero.default", count_nonzero),
+    ("histc.default", histc),
 ];
 
 /// The reduced dims from a `dim` argument (omitted, None or empty: all).
@@ -167,7 +168,6 @@ fn minmax_reduce(cx: &mut Ctx, kind: &str, dim_arg: &str) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = reduce_dims(cx, x, dim_arg)?;
     let k = keepdim(cx)?;
-    let x = if cx.dtype(x).is_bool() { x } else { x };
     let kind = if cx.dtype(x).is_bool() { if kind == "max" { "or" } else { "and" } } else { kind };
     one(cx.reduce(x, kind, &dims, k)?)
 }
@@ -275,7 +275,7 @@ fn any_all(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
-    let b = cx.to_bool(x)?;
+    let b = cx.truthy(x)?;
     let r = cx.reduce(b, kind, &dims, k)?;
     if cx.dtype(x) == DType::U8 {
         return one(cx.convert(r, DType::U8)?);
@@ -627,7 +627,71 @@ fn topk(cx: &mut Ctx) -> R<Vec<Val>> {
 fn count_nonzero(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = reduce_dims(cx, x, "dim")?;
-    let b = cx.to_bool(x)?;
+    let b = cx.truthy(x)?;
     let i = cx.convert(b, DType::I64)?;
     one(cx.reduce(i, "sum", &dims, false)?)
+}
+
+/// `histc`: counts of `x` in `bins` equal-width bins over [min, max] (the data's range when
+/// min == max), the last bin closed, values outside ignored; the bin of a value is
+/// `int((x - min) * bins / (max - min))` as the CPU kernel computes it.
+fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dt = cx.dtype(x);
+    if !dt.is_float() {
+        return err("histc needs a floating-point input");
+    }
+    let bins = cx.int_or("bins", 100)?;
+    if !(1..=MAX_TABLE).contains(&bins) {
+        return err(format!("histc bins {bins} out of range"));
+    }
+    let lo_arg = cx.float_or("min", 0.0)?;
+    let hi_arg = cx.float_or("max", 0.0)?;
+    let n = cx.ty(x).num_elements_expr();
+    let flat = cx.reshape(x, vec![Dim::from_expr(n)])?;
+    let (lo, hi) = if lo_arg == hi_arg {
+        let lo = cx.reduce(flat, "min", &[0], false)?;
+        let hi = cx.reduce(flat, "max", &[0], false)?;
+        // equal data range: widen by one on each side
+        let same = cx.cmp("eq", lo, hi)?;
+        let lo1 = cx.bin_c(O::Sub, lo, 1.0)?;
+        let hi1 = cx.bin_c(O::Add, hi, 1.0)?;
+        (cx.select(same, lo1, lo)?, cx.select(same, hi1, hi)?)
+    } else {
+        if lo_arg > hi_arg {
+            return err("histc: max must be larger than min");
+        }
+        (cx.scalar(Scalar::Float(lo_arg), dt)?, cx.scalar(Scalar::Float(hi_arg), dt)?)
+    };
+    let shape = cx.dims(flat);
+    let lob = cx.broadcast_to(lo, &shape)?;
+    let hib = cx.broadcast_to(hi, &shape)?;
+    let ge = cx.cmp("ge", flat, lob)?;
+    let le = cx.cmp("le", flat, hib)?;
+    let valid = cx.bin(O::And, ge, le)?;
+    let off = cx.bin(O::Sub, flat, lob)?;
+    let scaled = cx.bin_c(O::Mul, off, bins as f64)?;
+    let width = cx.bin(O::Sub, hib, lob)?;
+    let q = cx.bin(O::Div, scaled, width)?;
+    let pos = cx.convert(q, DType::I64)?;
+    let last = cx.full_like(Scalar::Int(bins - 1), pos)?;
+    let pos = cx.bin(O::Min, pos, last)?;
+    let zero_i = cx.full_like(Scalar::Int(0), pos)?;
+    let pos = cx.select(valid, pos, zero_i)?;
+    let ones = cx.full(Scalar::Int(1), dt, &shape)?;
+    let zeros = cx.full(Scalar::Int(0), dt, &shape)?;
+    let upd = cx.select(valid, ones, zeros)?;
+    let mut col = shape.clone();
+    col.push(Dim::Static(1));
+    let coords = cx.reshape(pos, col)?;
+    let init = cx.full(Scalar::Int(0), dt, &[Dim::Static(bins)])?;
+    let attrs = Attrs::new()
+        .with("update_window_dims", Attr::Ints(vec![]))
+        .with("inserted_window_dims", Attr::Ints(vec![0]))
+        .with("input_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
+        .with("index_vector_dim", Attr::Int(1))
+        .with("kind", Attr::Str("add".into()));
+    one(cx.b.build1(O::Scatter, &[init, coords, upd], attrs, None)?)
 }

@@ -87,6 +87,9 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("select_copy.int", select),
     ("narrow.default", narrow),
     ("repeat.default", repeat),
+    ("repeat_interleave.self_int", repeat_interleave),
+    ("view_as.default", view_as),
+    ("reshape_as.default", view_as),
     ("tile.default", tile),
     ("flip.default", flip),
     ("roll.default", roll),
@@ -878,7 +881,7 @@ fn roll(cx: &mut Ctx) -> R<Vec<Val>> {
 
 /// Torch pad lists go from the last dim backwards: [lo_last, hi_last, lo_prev, hi_prev, ...].
 fn pad_pairs(pad: &[i64], rank: usize) -> R<Vec<(usize, i64, i64)>> {
-    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+    if pad.len() & 1 == 1 || pad.len() / 2 > rank {
         return err(format!("padding {pad:?} does not fit a rank-{rank} tensor"));
     }
     let mut out = Vec::new();
@@ -1136,4 +1139,37 @@ fn unfold(cx: &mut Ctx) -> R<Vec<Val>> {
     let mut perm: Vec<i64> = (0..gr).filter(|&i| i != d as i64 + 1).collect();
     perm.push(d as i64 + 1);
     one(cx.transpose(g, &perm)?)
+}
+
+/// `repeat_interleave` with an int count: each element repeated consecutively along `dim`
+/// (flattened when dim is None).
+fn repeat_interleave(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let reps = cx.int("repeats")?;
+    if !(0..=MAX_SIZE).contains(&reps) {
+        return err(format!("repeat count {reps} out of range"));
+    }
+    let (x, dim) = match cx.opt_int("dim")? {
+        Some(d) => (x, norm_dim(d, cx.rank(x))?),
+        None => {
+            let n = cx.ty(x).num_elements_expr();
+            (cx.reshape(x, vec![Dim::from_expr(n)])?, 0)
+        }
+    };
+    let d = cx.dims(x);
+    let mut shape: Vec<Dim> = d[..=dim].to_vec();
+    shape.push(Dim::Static(reps));
+    shape.extend_from_slice(&d[dim + 1..]);
+    let bdims: Vec<i64> = (0..d.len() as i64).map(|i| if i <= dim as i64 { i } else { i + 1 }).collect();
+    let b = cx.b.broadcast_in_dim(x, &bdims, shape)?;
+    let mut out = d.clone();
+    out[dim] = d[dim].mul(&Dim::Static(reps));
+    one(cx.reshape(b, out)?)
+}
+
+fn view_as(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let o = cx.t("other")?;
+    let d = cx.dims(o);
+    one(reshape_to(cx, x, d)?)
 }

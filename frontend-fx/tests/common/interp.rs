@@ -3,6 +3,8 @@
 //! op; primitive ops follow the StableHLO spec (gather clamps start indices, scatter drops
 //! out-of-bounds updates, convolution and reduce_window handle dilation and negative padding).
 
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::HashMap;
 use tpuc_ir::{Attrs, DType, Dim, Module, Opcode, ValueId};
 
@@ -499,7 +501,7 @@ fn eval(op: Opcode, xs: &[&T], a: &Attrs, rts: &[(DType, Vec<usize>)]) -> Vec<T>
                 let o = ravel(&ri, &rt.1);
                 let v = x.data[i];
                 let (bv, bi) = best[o];
-                let better = bi == usize::MAX || (bv.is_nan() && false) || v.is_nan() && !bv.is_nan() || if max { v > bv } else { v < bv } || (v == bv && xi[d] < bi);
+                let better = bi == usize::MAX || v.is_nan() && !bv.is_nan() || if max { v > bv } else { v < bv } || (v == bv && xi[d] < bi);
                 if better {
                     best[o] = (v, xi[d]);
                 }
@@ -588,7 +590,8 @@ fn eval(op: Opcode, xs: &[&T], a: &Attrs, rts: &[(DType, Vec<usize>)]) -> Vec<T>
             vec![T::new(rts[0].0, rts[0].1.clone(), y), T::new(rts[1].0, rts[1].1.clone(), means), T::new(rts[2].0, rts[2].1.clone(), rstds)]
         }
         Attention => r(attention(xs, a, rt)),
-        SelectAndScatterAdd | Return | Yield => panic!("interpreter: {op} not supported"),
+        #[allow(unreachable_patterns)]
+        _ => panic!("interpreter: {op} not supported"),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Shared test helpers: .npy reading, the fixture manifest, the reference interpreter.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::needless_range_loop, clippy::neg_cmp_op_on_partial_ord)]
 
 pub mod interp;
 

@@ -11,6 +11,7 @@ Archives are rewritten with deflate compression and without data/sample_inputs t
 folder small (this also exercises the importer's compressed-entry path).
 
 Usage: /work/main/.venv/bin/python make_op_fixtures.py [--out DIR] (default: this folder).
+Reruns give identical files; add new cases at the end so earlier inputs keep their seeds.
 Needs torch 2.15; reuses tests/fixtures/make_fixtures.py for the training capture.
 """
 import torch, torch.nn as nn, torch.nn.functional as F, numpy as np, json, os, io, sys
@@ -63,14 +64,22 @@ class Dyn(nn.Module):
         r=torch.arange(n)
         return h.sum(1), c.view(-1,4), z+1, r*2, a[:n//2], a.reshape(n,2,4).permute(1,0,2).flatten(1), torch.nn.functional.pad(a,(0,0,1,1)), a.mean(0,keepdim=True).expand(n,-1), a[1:]
 cases['dyn']=(None,(torch.randn(6,8),torch.randn(5,8)),None,None)
+case('misc', lambda s,a: (torch.histc(a,10), torch.histc(a,5,-1,1), a.repeat_interleave(2,1), a.repeat_interleave(3), a.view_as(a.t()), F.logsigmoid(a), F.glu(a,0), F.hardshrink(a), F.softshrink(a,0.3)), (torch.randn(4,6),))
 import zipfile
 def repack(path):
-    """Deflate every entry and drop the sample-inputs pickle."""
+    """Deflate every entry, drop the sample-inputs pickle and the random serialization id, and
+    strip `from_node` provenance (process-specific ids) so that rerunning gives identical files."""
     with zipfile.ZipFile(path) as z:
-        items = [(i.filename, z.read(i.filename)) for i in z.infolist() if 'sample_inputs' not in i.filename]
+        items = [(i.filename, z.read(i.filename)) for i in z.infolist()
+                 if 'sample_inputs' not in i.filename and not i.filename.endswith('serialization_id')]
     with zipfile.ZipFile(path, 'w', compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         for n, b in items:
-            z.writestr(n, b)
+            if n.endswith('models/model.json'):
+                m = json.loads(b)
+                for node in m['graph_module']['graph']['nodes']:
+                    node.get('metadata', {}).pop('from_node', None)
+                b = json.dumps(m).encode()
+            z.writestr(zipfile.ZipInfo(n, date_time=(1980, 1, 1, 0, 0, 0)), b, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
 
 def export_one(name, mod, args, dyn=None):
     mod.eval()
@@ -181,4 +190,10 @@ for name,(m,args) in specs.items():
 
 
 MANIFEST.extend({k: v for k, v in e.items() if k in ('name', 'file', 'kind', 'inputs', 'expected', 'rtol', 'atol')} for e in w.manifest)
+if only and os.path.exists(f'{OUT}/manifest.json'):
+    # a partial run updates its cases in the existing manifest
+    fresh = {e['name']: e for e in MANIFEST}
+    old = json.load(open(f'{OUT}/manifest.json'))
+    names = [e['name'] for e in old]
+    MANIFEST = [fresh.pop(e['name'], e) for e in old] + list(fresh.values())
 json.dump(MANIFEST, open(f'{OUT}/manifest.json', 'w'), indent=1)
