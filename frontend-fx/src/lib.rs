@@ -109,16 +109,20 @@ pub fn import_file(path: &Path) -> Result<Imported, ImportError> {
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Bytes::from_owner(map)
     };
-    import_bytes(data)
+    import_named(data, &path.display().to_string())
 }
 
 /// Imports from memory: a `.pt2` zip (starts with `PK`) or program JSON.
 pub fn import_bytes(data: impl Into<Bytes>) -> Result<Imported, ImportError> {
-    let data: Bytes = data.into();
+    import_named(data.into(), "model.json")
+}
+
+/// As [`import_bytes`]; `name` is what JSON errors call the input.
+fn import_named(data: Bytes, name: &str) -> Result<Imported, ImportError> {
     let head = data.iter().position(|c| !c.is_ascii_whitespace()).and_then(|i| data.get(i));
     match head {
         _ if data.starts_with(b"PK") => import_archive(data),
-        Some(b'{') => import_json(&data, "model.json", None),
+        Some(b'{') => import_json(&data, name, None),
         _ => {
             let shown: String = data.iter().take(8).map(|&c| if c.is_ascii_graphic() { c as char } else { '.' }).collect();
             Err(ImportError::UnknownFormat(shown))
