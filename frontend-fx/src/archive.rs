@@ -36,10 +36,12 @@ pub struct Archive {
 
 impl Archive {
     pub fn open(data: Bytes) -> Result<Archive, ImportError> {
+        // zip 2.x: 9.x rejects some archives torch writes (zip64 end records after large
+        // stored entries) with "Invalid Central Directory header".
         let zip = zip::ZipArchive::new(Cursor::new(data.clone())).map_err(|e| ImportError::Archive(e.to_string()))?;
         let mut names = HashMap::new();
         for i in 0..zip.len() {
-            if let Some(Ok(name)) = zip.name_for_index(i) {
+            if let Some(name) = zip.name_for_index(i) {
                 names.insert(name.to_string(), i);
             }
         }
@@ -74,7 +76,7 @@ impl Archive {
         let bad = |e: zip::result::ZipError| ImportError::Archive(format!("`{full}`: {e}"));
         let f = self.zip.by_index_raw(idx).map_err(bad)?;
         if f.compression() == CompressionMethod::Stored && f.compressed_size() == f.size() {
-            let start = f.data_start().ok_or_else(|| ImportError::Archive(format!("`{full}`: no data offset")))?;
+            let start = f.data_start();
             let len = f.size();
             let end = start.checked_add(len).filter(|&e| e <= self.data.len() as u64).ok_or_else(|| {
                 ImportError::Archive(format!("`{full}`: entry runs past the end of the archive (truncated?)"))

@@ -12,7 +12,7 @@ use tpuc_ir::{ArgKind, DType, Dim, ResultKind};
 fn read_zip_entry(path: &std::path::Path, suffix: &str) -> (String, Vec<u8>) {
     let f = std::fs::File::open(path).unwrap();
     let mut z = zip::ZipArchive::new(f).unwrap();
-    let name = z.file_names().filter_map(Result::ok).find(|n| n.ends_with(suffix)).unwrap_or_else(|| panic!("{suffix} in {}", path.display())).to_string();
+    let name = z.file_names().find(|n| n.ends_with(suffix)).unwrap_or_else(|| panic!("{suffix} in {}", path.display())).to_string();
     let mut out = Vec::new();
     z.by_name(&name).unwrap().read_to_end(&mut out).unwrap();
     (name, out)

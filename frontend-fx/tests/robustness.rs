@@ -17,7 +17,7 @@ fn dynamic_json() -> &'static [u8] {
         use std::io::Read;
         let f = std::fs::File::open(common::fixtures_dir().join("mlp/dynamic_core.pt2")).unwrap();
         let mut z = zip::ZipArchive::new(f).unwrap();
-        let name = z.file_names().filter_map(Result::ok).find(|n| n.ends_with("models/model.json")).unwrap().to_string();
+        let name = z.file_names().find(|n| n.ends_with("models/model.json")).unwrap().to_string();
         let mut out = Vec::new();
         z.by_name(&name).unwrap().read_to_end(&mut out).unwrap();
         out
@@ -82,7 +82,7 @@ fn gpt2_json() -> &'static serde_json::Value {
         use std::io::Read;
         let f = std::fs::File::open(common::fixtures_dir().join("gpt2_block/train_fwd.pt2")).unwrap();
         let mut z = zip::ZipArchive::new(f).unwrap();
-        let name = z.file_names().filter_map(Result::ok).find(|n| n.ends_with("models/model.json")).unwrap().to_string();
+        let name = z.file_names().find(|n| n.ends_with("models/model.json")).unwrap().to_string();
         let mut out = Vec::new();
         z.by_name(&name).unwrap().read_to_end(&mut out).unwrap();
         serde_json::from_slice(&out).unwrap()
