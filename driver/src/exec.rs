@@ -124,20 +124,36 @@ fn plugin_for(req: &CompileRequest) -> Result<rt::Plugin, ExecError> {
     Ok(rt::Plugin::load(&path)?)
 }
 
-/// Refuses what the target cannot compute, naming the op: TPUs have no f64 (until precision
-/// lowering exists) and no complex128.
+/// Refuses what the target cannot compute, naming the op: TPUs have no f64 and no complex128.
+/// The TPU pipeline's `narrow-64bit` pass computes f64 as f32 and keeps f64 only at the
+/// boundary, in `convert`s it marks `tpuc.boundary`, which are accepted: an f64 argument used
+/// only by such converts, and such a convert's f64 result used only by `return`.
 pub fn check_target_support(module: &Module, target: Target) -> Result<(), ExecError> {
     if target != Target::Tpu {
         return Ok(());
     }
     let func = module.main_func().ok_or_else(|| ExecError::Unsupported("module has no functions".into()))?;
     let entry = module.entry_block(func);
+    let unsupported = |t: &tpuc_ir::TensorType| matches!(t.dtype, DType::F64 | DType::C128);
+    // The users of every value: (opcode, is a boundary convert).
+    let mut uses: std::collections::HashMap<tpuc_ir::ValueId, Vec<(tpuc_ir::Opcode, bool)>> = std::collections::HashMap::new();
+    let is_boundary = |data: &tpuc_ir::OpData| data.opcode == tpuc_ir::Opcode::Convert && data.attrs.bool("tpuc.boundary") == Some(true);
+    for (_, data) in module.ops.iter() {
+        if data.block.is_some() {
+            for &v in &data.operands {
+                uses.entry(v).or_default().push((data.opcode, is_boundary(data)));
+            }
+        }
+    }
+    let only_used_by = |v: tpuc_ir::ValueId, op: tpuc_ir::Opcode| {
+        uses.get(&v).is_none_or(|u| u.iter().all(|&(o, b)| o == op && (op != tpuc_ir::Opcode::Convert || b)))
+    };
     for (i, &a) in module.blocks[entry].args.iter().enumerate() {
         let t = &module.values[a].ty;
-        if matches!(t.dtype, DType::F64 | DType::C128) {
+        if unsupported(t) && !(t.dtype == DType::F64 && only_used_by(a, tpuc_ir::Opcode::Convert)) {
             let name = func.args.get(i).map_or("?", |a| a.name.as_str());
             return Err(ExecError::Unsupported(format!(
-                "{} is not supported on TPU: argument {i} (`{name}`) is {t}; precision lowering (f64 → f32) is not implemented yet",
+                "{} is not supported on TPU: argument {i} (`{name}`) is {t}; the TPU pipeline (`--target tpu`, pass narrow-64bit) computes f64 as f32",
                 t.dtype
             )));
         }
@@ -148,10 +164,11 @@ pub fn check_target_support(module: &Module, target: Target) -> Result<(), ExecE
         }
         for &r in &data.results {
             let t = &module.values[r].ty;
-            if matches!(t.dtype, DType::F64 | DType::C128) {
+            let boundary = t.dtype == DType::F64 && is_boundary(data) && only_used_by(r, tpuc_ir::Opcode::Return);
+            if unsupported(t) && !boundary {
                 let at = module.loc(op).map_or(String::new(), |l| format!(" from {l}"));
                 return Err(ExecError::Unsupported(format!(
-                    "{} is not supported on TPU: `{}`{at} produces {t}; precision lowering (f64 → f32) is not implemented yet",
+                    "{} is not supported on TPU: `{}`{at} produces {t}; the TPU pipeline (`--target tpu`, pass narrow-64bit) computes f64 as f32",
                     t.dtype, data.opcode
                 )));
             }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 pub use tpuc_frontend_fx::{ImportError, Imported};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
-use tpuc_passes::{InlineWeights, PassError, PassManager};
+use tpuc_passes::{PassError, PassManager, PassTiming};
+pub use tpuc_passes::{Precision, Target as PassTarget};
 
 /// What the pipeline should produce.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -44,6 +45,55 @@ pub struct LowerOptions {
     pub debug_locations: bool,
     /// Name of the emitted MLIR module.
     pub module_name: Option<String>,
+    /// The target the default pipeline is chosen for (and TPU legalization runs for).
+    pub target: PassTarget,
+    /// Matmul / convolution precision; `None` = the target's default (TPU `default`, CPU
+    /// `highest`).
+    pub precision: Option<Precision>,
+    /// Matmuls and convolutions in bf16 with f32 accumulation.
+    pub bf16: bool,
+    /// Drop round trips through narrower float types.
+    pub allow_excess_precision: bool,
+    /// The default pipeline without `fuse` (no composites).
+    pub no_fusion: bool,
+    /// Run exactly these passes (by registry name) instead of the default pipeline;
+    /// `inline-weights` is still put first when `inline_weights` is set and the list lacks it.
+    pub passes: Option<Vec<String>>,
+    /// Ask for per-pass timings (they are always measured; callers print them when set).
+    pub pass_timing: bool,
+}
+
+impl LowerOptions {
+    /// The options the pass registry understands.
+    pub fn pipeline_options(&self) -> tpuc_passes::PipelineOptions {
+        tpuc_passes::PipelineOptions {
+            target: self.target,
+            precision: self.precision,
+            bf16: self.bf16,
+            allow_excess_precision: self.allow_excess_precision,
+            no_fusion: self.no_fusion,
+        }
+    }
+
+    /// The pass names this lowering runs, in order.
+    pub fn pass_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match &self.passes {
+            Some(list) => list.clone(),
+            None => tpuc_passes::default_pipeline(&self.pipeline_options()).into_iter().map(String::from).collect(),
+        };
+        if self.inline_weights && !names.iter().any(|n| n == "inline-weights") {
+            names.insert(0, "inline-weights".to_string());
+        }
+        names
+    }
+}
+
+/// The pipeline target for a compile target.
+pub fn pass_target(t: exec::Target) -> PassTarget {
+    match t {
+        exec::Target::Cpu => PassTarget::Cpu,
+        exec::Target::Tpu => PassTarget::Tpu,
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +106,9 @@ pub enum DriverError {
     Emit(#[from] EmitError),
     #[error("the imported IR is invalid (a tpuc bug):\n{0}")]
     InvalidImport(String),
+    /// A `.tpuc` IR text file that does not parse or verify.
+    #[error("{path}: {message}")]
+    IrText { path: String, message: String },
     #[error(transparent)]
     Exec(exec::ExecError),
 }
@@ -65,7 +118,8 @@ impl DriverError {
     pub fn is_user_error(&self) -> bool {
         match self {
             DriverError::Import(_) => true,
-            DriverError::Pass(PassError::Failed { .. } | PassError::Dump { .. }) => true,
+            DriverError::Pass(PassError::Failed { .. } | PassError::Dump { .. } | PassError::UnknownPass { .. }) => true,
+            DriverError::IrText { .. } => true,
             DriverError::Pass(_) => false,
             DriverError::Emit(EmitError::DynamicDim { .. } | EmitError::Unsupported { .. }) => true,
             DriverError::Emit(_) => false,
@@ -84,6 +138,8 @@ pub struct Lowered {
     pub weights: BTreeMap<String, TensorData>,
     pub stablehlo: Option<String>,
     pub timings: Timings,
+    /// One-line notes from the passes for the user (e.g. what TPU legalization narrowed).
+    pub notes: Vec<String>,
 }
 
 /// Wall time of each stage.
@@ -92,10 +148,23 @@ pub struct Timings {
     pub import: Duration,
     pub passes: Vec<(&'static str, Duration)>,
     pub emit: Duration,
+    /// Per pass: time, whether it changed the IR, live ops after it.
+    pub pass_details: Vec<PassTiming>,
 }
 
-/// Reads a `.pt2` archive or a bare torch.export `model.json`.
+impl Timings {
+    /// The `--pass-timing` table.
+    pub fn pass_table(&self) -> String {
+        tpuc_passes::format_timings(&self.pass_details)
+    }
+}
+
+/// Reads a `.pt2` archive or a bare torch.export `model.json`, or tpuc IR text (a `.tpuc`
+/// file, as `tpuc import` and `--dump-dir` write it; no weight data).
 pub fn import(path: &Path) -> Result<Imported, DriverError> {
+    if path.extension().is_some_and(|e| e == "tpuc") {
+        return import_ir_text(path);
+    }
     let imported = tpuc_frontend_fx::import_file(path)?;
     check_imported(&imported.module)?;
     Ok(imported)
@@ -108,23 +177,53 @@ pub fn import_bytes(bytes: Vec<u8>) -> Result<Imported, DriverError> {
     Ok(imported)
 }
 
+/// Parses and verifies tpuc IR text; `main`'s arguments and results are the signature.
+pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| DriverError::IrText { path: shown.clone(), message: e.to_string() })?;
+    let module = tpuc_ir::parse_module(&text).map_err(|e| DriverError::IrText { path: shown.clone(), message: e.to_string() })?;
+    tpuc_ir::verify(&module).map_err(|errs| DriverError::IrText {
+        path: shown.clone(),
+        message: format!("the IR does not verify:\n{}", errs.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n")),
+    })?;
+    let (nargs, nres) = match module.main_func() {
+        Some(f) => {
+            let entry = module.entry_block(f);
+            let ret = module.blocks[entry].ops.last().map_or(0, |&o| module.ops[o].operands.len());
+            (module.blocks[entry].args.len(), ret)
+        }
+        None => (0, 0),
+    };
+    Ok(Imported {
+        module,
+        weights: BTreeMap::new(),
+        inputs: (0..nargs).map(tpuc_frontend_fx::InputSlot::Arg).collect(),
+        outputs: (0..nres).map(tpuc_frontend_fx::OutputSlot::Result).collect(),
+        torch_version: None,
+        has_weight_data: false,
+    })
+}
+
 fn check_imported(m: &Module) -> Result<(), DriverError> {
     tpuc_ir::verify(m).map_err(|errs| {
         DriverError::InvalidImport(errs.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))
     })
 }
 
-/// The pass pipeline for `options` (for now only weight inlining; more passes come with the
-/// optimization pipeline).
-pub fn pass_manager<'w>(options: &LowerOptions, weights: &'w BTreeMap<String, TensorData>) -> PassManager<'w> {
+/// The pass pipeline for `options`: `inline-weights` first when asked, then the explicit
+/// `passes` list or the target's default pipeline ([`tpuc_passes::default_pipeline`]).
+/// Unknown pass names are an error listing the valid ones.
+pub fn pass_manager<'w>(options: &LowerOptions, weights: &'w BTreeMap<String, TensorData>) -> Result<PassManager<'w>, DriverError> {
     let mut pm = PassManager::new();
     pm.verify_each |= options.verify_each;
     pm.print_after_all = options.print_after_all;
     pm.dump_dir = options.dump_dir.clone();
-    if options.inline_weights {
-        pm.add(InlineWeights { weights });
+    let popts = options.pipeline_options();
+    for name in options.pass_names() {
+        pm.add_boxed(tpuc_passes::create_pass(&name, &popts, weights)?);
     }
-    pm
+    Ok(pm)
 }
 
 /// Runs the passes and, for [`Emit::StableHlo`], the emitter.
@@ -132,11 +231,11 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
     let Imported { mut module, weights, .. } = imported;
     let mut timings = Timings::default();
     {
-        let pm = pass_manager(options, &weights);
-        for t in pm.run(&mut module)? {
-            timings.passes.push((t.pass, t.elapsed));
-        }
+        let pm = pass_manager(options, &weights)?;
+        timings.pass_details = pm.run(&mut module)?;
+        timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
+    let notes = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
     let stablehlo = match emit {
         Emit::Ir => None,
         Emit::StableHlo => {
@@ -151,7 +250,7 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             Some(text)
         }
     };
-    Ok(Lowered { module, weights, stablehlo, timings })
+    Ok(Lowered { module, weights, stablehlo, timings, notes })
 }
 
 /// The StableHLO text cache keys hash: the module emitted without locations, so renaming nodes

@@ -2,7 +2,7 @@
 //! extension behind `torch.compile(backend="tpuc")`.
 //!
 //! ```text
-//! program JSON (bytes) ─► import_bytes ─► lower (passes, StableHLO) ─► compile_stablehlo ─► Program
+//! program JSON (bytes) ─► import_bytes ─► lower (passes, StableHLO) ─► compile_cached ─► Program
 //! Program::set_weight(arg, bytes)   weights uploaded once, kept on the device
 //! Program::run(&[&[u8]])            user inputs borrowed (no copy on our side) ─► output bytes
 //! ```
@@ -10,8 +10,8 @@
 //! Needs: a torch.export-schema program whose inputs are parameters, buffers, constants and
 //! user inputs (no weight data: the caller owns the tensors and supplies them with
 //! [`Program::set_weight`]), static shapes.
-//! Guarantees: every compile goes through [`crate::exec::compile_stablehlo`] (so through the
-//! executable cache once the driver has one); inputs are checked against the signature (byte
+//! Guarantees: every compile goes through the process's executable cache ([`cache`], set up from
+//! the `TPUC_CACHE_*` variables on first use) with [`crate::exec::compile_cached`]; inputs are checked against the signature (byte
 //! size per argument) before anything reaches PJRT; errors that concern one FX node carry it
 //! ([`error_node`]).
 
@@ -100,7 +100,13 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         verify_each: options.verify_each,
         dump_dir: module_dump.as_ref().map(|d| d.join("passes")),
         debug_locations: false,
-        module_name: Some(sanitize(&options.name)),
+        // Not the graph's name: equal graphs must give equal programs (and cache keys).
+        module_name: None,
+        // The pass pipeline for the target (TPU legalization, precision defaults).
+        target: match options.target {
+            Target::Cpu => crate::PassTarget::Cpu,
+            Target::Tpu => crate::PassTarget::Tpu,
+        },
         ..Default::default()
     };
     let mut lowered = crate::lower(imported, &lower_options, Emit::StableHlo)?;
@@ -139,13 +145,20 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         partitions: 1,
         plugin: options.plugin.clone(),
     };
-    let compiled = exec::compile_stablehlo(&stablehlo, &request)?;
+    let key_program = crate::key_program(module)?;
+    let compiled = exec::compile_cached(&stablehlo, &key_program, &request, cache(), &options.name)?;
     if let Some(dir) = &module_dump {
         let json = serde_json::to_vec_pretty(&compiled.summary).unwrap_or_default();
         write(dir, "compile.json", &json)?;
         if compiled.loaded.is_none() {
             write(dir, "executable.bin", &compiled.serialized)?;
         }
+    }
+    let mut compiled = compiled;
+    if options.target == Target::Cpu && compiled.loaded.is_some() {
+        // Run on the process's shared synchronous CPU client (see `run_client`).
+        let client = run_client(&compiled)?;
+        compiled.loaded = Some(client.deserialize(&compiled.serialized).map_err(ExecError::from)?);
     }
     let device = match &compiled.loaded {
         Some(l) => Some(l.devices().first().cloned().ok_or_else(|| {
@@ -171,13 +184,35 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     })
 }
 
-fn sanitize(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
-        format!("m_{s}")
-    } else {
-        s
+/// The client programs run on, one per plugin file and process, shared by every program (so
+/// their buffers can meet). On CPU it is created with `asynchronous=false`: an execution runs
+/// on the calling thread instead of being handed to the plugin's worker threads and waited for,
+/// which on a small host is most of the cost of running a small graph.
+fn run_client(compiled: &exec::Compiled) -> Result<rt::Client, ExecError> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static CLIENTS: std::sync::OnceLock<Mutex<HashMap<PathBuf, rt::Client>>> = std::sync::OnceLock::new();
+    let plugin = compiled.loaded.as_ref().map(|l| l.client().plugin()).ok_or_else(|| {
+        ExecError::Unsupported("no loaded executable to take the plugin from".into())
+    })?;
+    let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = clients.get(plugin.path()) {
+        return Ok(c.clone());
     }
+    let sync = std::env::var("TPUC_CPU_ASYNC").map_or(true, |v| v != "1");
+    let client = if sync {
+        plugin.create_client_with_options(&[rt::NamedValue::bool("asynchronous", false)])?
+    } else {
+        plugin.create_client()?
+    };
+    clients.insert(plugin.path().to_path_buf(), client.clone());
+    Ok(client)
+}
+
+/// The process's executable cache, configured by the `TPUC_CACHE_*` variables when first used.
+pub fn cache() -> &'static exec::Cache {
+    static CACHE: std::sync::OnceLock<exec::Cache> = std::sync::OnceLock::new();
+    CACHE.get_or_init(exec::Cache::from_env)
 }
 
 fn write(dir: &std::path::Path, file: &str, data: &[u8]) -> Result<(), ExecError> {
@@ -293,13 +328,18 @@ impl Program {
     }
 }
 
+/// `at` of an import error, boxed or not.
+fn node_ref(at: &impl std::borrow::Borrow<NodeRef>) -> NodeRef {
+    at.borrow().clone()
+}
+
 /// The FX node an error is about, when it names one.
 pub fn error_node(e: &DriverError) -> Option<NodeRef> {
     match e {
         DriverError::Import(ImportError::UnsupportedOp { target, node, location }) => {
             Some(NodeRef { node: node.clone(), target: target.clone(), source: location.clone() })
         }
-        DriverError::Import(ImportError::Op { at, .. } | ImportError::TypeMismatch { at, .. }) => Some(at.clone()),
+        DriverError::Import(ImportError::Op { at, .. } | ImportError::TypeMismatch { at, .. }) => Some(node_ref(at)),
         DriverError::Emit(EmitError::Unsupported { context, opcode, .. }) => {
             // context: " (node `x` at model.py:3)"
             let rest = context.split("node `").nth(1)?;

@@ -192,7 +192,7 @@ pub fn check_op(
         }
     }
     for (name, _) in attrs.iter() {
-        if !info.attrs.iter().any(|s| s.name == name) && !name.starts_with("tpuc.") {
+        if !info.attrs.iter().any(|s| s.name == name) && !name.starts_with("tpuc.") && !opcode.has_trait(crate::opcode::traits::OPEN_ATTRS) {
             return fail(format!("unknown attribute `{name}`"));
         }
     }
@@ -553,6 +553,13 @@ fn infer(
             one(q.with_dims(dims))
         }
         Return | Yield => Ok(Some(vec![])),
+        // Result types come from the region's `yield`; the verifier checks them against it.
+        Composite => {
+            if str_attr(attrs, "name")?.is_empty() {
+                return fail("composite name is empty");
+            }
+            Ok(None)
+        }
     }
 }
 

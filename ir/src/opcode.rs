@@ -104,6 +104,8 @@ pub mod traits {
     pub const COMMUTATIVE: u32 = 8;
     /// High-level op expanded by the emitter (candidate for composites).
     pub const COMPOSITE: u32 = 16;
+    /// Accepts attributes beyond those the op table lists (the `composite` op's attributes).
+    pub const OPEN_ATTRS: u32 = 32;
 }
 use traits::*;
 
@@ -285,6 +287,14 @@ ops! {
     /// scaled dot-product attention: q [..., L, E], k [..., S, E], v [..., S, Ev] and an
     /// optional mask broadcastable to [..., L, S] (bool: keep where true; float: added)
     Attention = "attention", Between(3, 4), Exactly(1), [req("scale", K::Float), req("is_causal", K::Bool)], PURE | COMPOSITE, 0;
+
+    // ---- composites
+    /// A named group of ops (`name`, e.g. `tpuc.attention`) that a backend may implement as one
+    /// kernel. Its one region is the decomposition: a block whose arguments take the operands'
+    /// types and whose `yield` gives the results; the region is isolated from above (it uses only
+    /// its own arguments). Every other attribute is a composite attribute (scale, causal, ...).
+    /// Lowers to `stablehlo.composite` with the region as the decomposition function.
+    Composite = "composite", AtLeast(0), AtLeast(1), [req("name", K::Str)], PURE | OPEN_ATTRS, 1;
 
     // ---- terminators
     /// returns the function's results

@@ -7,8 +7,11 @@
 //!   result counts, attribute presence and kinds, result types, region count;
 //! - terminators end blocks and only end blocks (`return` in function bodies, `yield` in op
 //!   regions);
-//! - SSA: every operand is defined before its use, in the same block or an enclosing one;
+//! - SSA: every operand is defined before its use, in the same block or an enclosing one
+//!   (a `composite`'s region is isolated: it sees only its own block arguments);
 //!   every value's recorded definition matches where it is defined;
+//! - a `composite`'s region has one block whose arguments match the operand types and whose
+//!   `yield` matches the result types;
 //! - every symbol a type mentions is declared, and symbol names can be printed (no `x`).
 //!
 //! Each error names the op (and its FX provenance when known).
@@ -169,6 +172,36 @@ impl Verifier<'_> {
         }
     }
 
+    /// A composite's region: one block whose arguments have the operands' types and whose
+    /// `yield` gives values of the result types.
+    fn composite_signature(&mut self, op: OpId, r: crate::module::RegionId) {
+        let m = self.m;
+        let d = &m.ops[op];
+        let blocks = &m.regions[r].blocks;
+        if blocks.len() != 1 {
+            self.op_err(op, format!("composite region must have one block, has {}", blocks.len()));
+            return;
+        }
+        let b = blocks[0];
+        let args: Vec<&TensorType> = m.blocks[b].args.iter().map(|&a| &m.values[a].ty).collect();
+        let operands: Vec<&TensorType> = d.operands.iter().filter(|v| m.values.is_valid(**v)).map(|&v| &m.values[v].ty).collect();
+        if args != operands {
+            let show = |ts: &[&TensorType]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+            self.op_err(op, format!("composite region arguments ({}) differ from its operands ({})", show(&args), show(&operands)));
+        }
+        if let Some(&last) = m.blocks[b].ops.last() {
+            if m.ops[last].opcode == Opcode::Yield {
+                let yielded: Vec<&TensorType> =
+                    m.ops[last].operands.iter().filter(|v| m.values.is_valid(**v)).map(|&v| &m.values[v].ty).collect();
+                let results: Vec<&TensorType> = d.results.iter().map(|&v| &m.values[v].ty).collect();
+                if yielded != results {
+                    let show = |ts: &[&TensorType]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                    self.op_err(op, format!("composite region yields ({}) but the op returns ({})", show(&yielded), show(&results)));
+                }
+            }
+        }
+    }
+
     fn op(&mut self, op: OpId, block: BlockId, is_last: bool, in_func_body: bool) {
         let d = &self.m.ops[op];
         if d.block != Some(block) {
@@ -216,9 +249,17 @@ impl Verifier<'_> {
             if self.m.regions[r].parent != Some(op) {
                 self.op_err(op, format!("region {r} records another parent"));
             }
+            let isolated = self.m.ops[op].opcode == Opcode::Composite;
+            if isolated {
+                self.composite_signature(op, r);
+            }
             for &b in &self.m.regions[r].blocks.clone() {
-                // Values of a nested region are not visible after it.
+                // Values of a nested region are not visible after it; a composite's region sees
+                // only its own arguments.
                 let saved = self.defined.clone();
+                if isolated {
+                    self.defined = SecondaryMap::with_default(false);
+                }
                 self.block(b, false);
                 if !matches!(self.m.blocks[b].ops.last().map(|&o| self.m.ops[o].opcode), Some(Opcode::Yield)) {
                     self.op_err(op, format!("region block {b} does not end with `yield`"));

@@ -77,12 +77,15 @@ pub(crate) struct Emitter<'m> {
     pub opts: &'m EmitOptions,
     pub out: String,
     pub scratch: String,
-    next: u32,
+    pub(crate) next: u32,
     names: SecondaryMap<ValueId, V>,
-    depth: usize,
+    pub(crate) depth: usize,
     /// The IR op being lowered (for locations and error messages).
     pub cur_op: Option<OpId>,
-    cur_loc: Option<u32>,
+    pub(crate) cur_loc: Option<u32>,
+    /// Decomposition functions of composites (see [`crate::composite`]), written after the
+    /// module's own functions.
+    pub(crate) decompositions: crate::composite::Decompositions,
     loc_alias: SecondaryMap<LocId, u32>,
     loc_order: Vec<LocId>,
 }
@@ -151,7 +154,7 @@ pub(crate) fn op_context(m: &Module, op: OpId) -> String {
 }
 
 /// Writes an MLIR string literal.
-fn write_str_lit(out: &mut String, s: &str) {
+pub(crate) fn write_str_lit(out: &mut String, s: &str) {
     out.push('"');
     for &b in s.as_bytes() {
         match b {
@@ -167,7 +170,7 @@ fn write_str_lit(out: &mut String, s: &str) {
 }
 
 /// Writes `@name`, quoting names that are not bare identifiers.
-fn write_symbol(out: &mut String, s: &str) {
+pub(crate) fn write_symbol(out: &mut String, s: &str) {
     out.push('@');
     let bare = s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && s.chars()
@@ -208,6 +211,7 @@ impl<'m> Emitter<'m> {
             cur_loc: None,
             loc_alias: SecondaryMap::with_default(u32::MAX),
             loc_order: Vec::new(),
+            decompositions: Default::default(),
         }
     }
 
@@ -229,6 +233,9 @@ impl<'m> Emitter<'m> {
         for fi in 0..self.m.funcs.len() {
             let is_main = main == Some(&self.m.funcs[fi] as *const _);
             self.func(fi, is_main)?;
+        }
+        for f in std::mem::take(&mut self.decompositions.funcs) {
+            self.out.push_str(&f);
         }
         self.out.push_str("}\n");
         for (i, &l) in self.loc_order.iter().enumerate() {
@@ -330,7 +337,7 @@ impl<'m> Emitter<'m> {
         Ok(())
     }
 
-    fn set_op(&mut self, op: OpId) {
+    pub(crate) fn set_op(&mut self, op: OpId) {
         self.cur_op = Some(op);
         self.cur_loc = None;
         if !self.opts.debug_locations {

@@ -21,13 +21,15 @@
 //!
 //! Layout: `emitter.rs` writes typed ops and hands out SSA names, `literal.rs` spells
 //! constants, `lower.rs` maps primitive ops one to one, `reduce.rs` writes the region-carrying
-//! ops (reductions, windows, sort, scatter) and `expand.rs` the high-level ops (softmax, gelu,
-//! erf, layer_norm, attention).
+//! ops (reductions, windows, sort, scatter), `expand.rs` the high-level ops (softmax, gelu,
+//! erf, layer_norm, attention) and `composite.rs` the `composite` op (a `stablehlo.composite`
+//! whose region becomes a private decomposition function, shared between identical bodies).
 //!
 //! Tests (`tests/`) check every opcode with the real StableHLO verifier (jaxlib's bindings via
 //! `tests/verify_stablehlo.py`), compile every case with XLA's CPU backend, and compare the
 //! numerics of the tricky expansions with PyTorch (`tests/run_stablehlo.py`).
 
+mod composite;
 mod emitter;
 mod expand;
 mod literal;

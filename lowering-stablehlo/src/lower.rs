@@ -226,6 +226,7 @@ impl Emitter<'_> {
                     a.bool("is_causal").unwrap_or(false),
                 )?]
             }
+            Composite => self.composite(op)?,
             Return | Yield => return Err(self.unsupported("terminator outside its place")),
         };
         for (&r, &v) in d.results.iter().zip(results.iter()) {

@@ -10,6 +10,11 @@ pub trait Pass {
     fn name(&self) -> &'static str;
     /// Runs the pass; returns whether the module changed.
     fn run(&self, module: &mut Module) -> Result<bool, PassError>;
+    /// One-line notes for the user about the last run (e.g. what was narrowed); empty by
+    /// default.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +30,9 @@ pub enum PassError {
     Failed { pass: String, message: String },
     #[error("cannot write IR dump {path}: {source}")]
     Dump { path: PathBuf, source: std::io::Error },
+    /// A pass name that is not registered.
+    #[error("unknown pass `{name}`; valid passes: {valid}")]
+    UnknownPass { name: String, valid: String },
 }
 
 fn render(errors: &[VerifyError]) -> String {
@@ -37,6 +45,30 @@ pub struct PassTiming {
     pub pass: &'static str,
     pub elapsed: Duration,
     pub changed: bool,
+    /// Live ops after the pass.
+    pub ops_after: usize,
+    /// The pass's notes for the user.
+    pub notes: Vec<String>,
+}
+
+/// A table of pass timings, one line per pass in pipeline order, for `--pass-timing`.
+pub fn format_timings(timings: &[PassTiming]) -> String {
+    let total: Duration = timings.iter().map(|t| t.elapsed).sum();
+    let width = timings.iter().map(|t| t.pass.len()).max().unwrap_or(4).max(4);
+    let mut s = format!("pass timing: {} passes, {:.3} ms\n", timings.len(), total.as_secs_f64() * 1e3);
+    for (i, t) in timings.iter().enumerate() {
+        let pct = if total.is_zero() { 0.0 } else { 100.0 * t.elapsed.as_secs_f64() / total.as_secs_f64() };
+        s += &format!(
+            "  {:>2}. {:<width$}  {:>9.3} ms  {:>5.1}%  {:>6} ops  {}\n",
+            i + 1,
+            t.pass,
+            t.elapsed.as_secs_f64() * 1e3,
+            pct,
+            t.ops_after,
+            if t.changed { "changed" } else { "unchanged" }
+        );
+    }
+    s
 }
 
 /// Runs passes in order with optional verification, printing, dumps and timing.
@@ -67,6 +99,12 @@ impl<'p> PassManager<'p> {
         self
     }
 
+    /// Appends an already boxed pass (from [`crate::create_pass`]).
+    pub fn add_boxed(&mut self, pass: Box<dyn Pass + 'p>) -> &mut Self {
+        self.passes.push(pass);
+        self
+    }
+
     pub fn pass_names(&self) -> Vec<&'static str> {
         self.passes.iter().map(|p| p.name()).collect()
     }
@@ -86,7 +124,11 @@ impl<'p> PassManager<'p> {
             let changed = pass.run(module)?;
             let elapsed = start.elapsed();
             tracing::debug!(pass = pass.name(), changed, ?elapsed, "pass done");
-            timings.push(PassTiming { pass: pass.name(), elapsed, changed });
+            let notes = pass.notes();
+            for n in &notes {
+                tracing::info!(pass = pass.name(), "{n}");
+            }
+            timings.push(PassTiming { pass: pass.name(), elapsed, changed, ops_after: module.num_live_ops(), notes });
             if self.verify_each {
                 verify(module).map_err(|errors| PassError::VerifyAfter { pass: pass.name().to_string(), errors })?;
             }

@@ -19,7 +19,7 @@ use tpuc_driver::{DriverError, Emit, LowerOptions};
         MODEL is what `torch.export.save(ep, \"model.pt2\")` writes (as exported, or after \
         `ep.run_decompositions()`), or the bare `model.json` from inside such an archive.\n\n\
         Exit codes: 0 success, 1 user error (bad input, unsupported op, bad option), 2 internal error.",
-    after_help = "Examples:\n  tpuc import model.pt2\n  tpuc lower model.pt2 -o model.mlir\n  tpuc compile model.pt2 --target tpu --topology v5e:2x2 -o model.v5e.xla\n  tpuc run model.pt2 --inputs x.npy --out-dir out/\n  tpuc plugins"
+    after_help = "Examples:\n  tpuc import model.pt2\n  tpuc lower model.pt2 -o model.mlir\n  tpuc opt model.pt2 --passes canonicalize,fuse --emit ir\n  tpuc compile model.pt2 --target tpu --topology v5e:2x2 -o model.v5e.xla\n  tpuc run model.pt2 --inputs x.npy --out-dir out/\n  tpuc plugins"
 )]
 struct Cli {
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
@@ -35,6 +35,10 @@ enum Command {
     Import(ImportArgs),
     /// Lower a program to StableHLO MLIR text (or to tpuc IR with --emit ir).
     Lower(LowerArgs),
+    /// Run IR passes on a program (a chosen list with --passes, else the default pipeline)
+    /// and print the IR (or StableHLO with --emit stablehlo). MODEL may also be tpuc IR text
+    /// (a .tpuc file).
+    Opt(OptArgs),
     /// Compile a program to an XLA executable with a PJRT plugin (CPU here, or a TPU topology
     /// without a TPU) and write the serialized executable.
     Compile(CompileArgs),
@@ -86,6 +90,64 @@ struct ExplainArgs {
     /// As for compile: weights embedded in the executable.
     #[arg(long)]
     inline_weights: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum PrecisionKind {
+    /// One bf16 pass with f32 accumulation on TPU (the TPU default).
+    Default,
+    /// Three bf16 passes (bf16_3x).
+    High,
+    /// Six passes: f32 accuracy (the CPU default).
+    Highest,
+}
+
+/// Flags that choose and configure the pass pipeline (lower, opt, compile, run).
+#[derive(Args, Clone)]
+struct PipelineArgs {
+    /// Matmul and convolution precision [default: tpu `default`, cpu `highest`].
+    #[arg(long, value_enum)]
+    precision: Option<PrecisionKind>,
+    /// Matmuls and convolutions in bf16 with f32 accumulation; norms, softmax and reductions
+    /// stay f32.
+    #[arg(long)]
+    bf16: bool,
+    /// Drop round trips through narrower float types (f32 -> bf16 -> f32 becomes f32).
+    #[arg(long)]
+    allow_excess_precision: bool,
+    /// The default pipeline without fusion into stablehlo.composite ops.
+    #[arg(long)]
+    no_fusion: bool,
+    /// Run exactly these passes, comma-separated and in order (e.g.
+    /// canonicalize,fuse,precision), instead of the target's default pipeline; an empty list
+    /// runs none.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', num_args = 0..)]
+    passes: Option<Vec<String>>,
+}
+
+impl PipelineArgs {
+    /// Lowering options for `target` with these flags.
+    fn options(&self, inline_weights: bool, target: TargetKind) -> LowerOptions {
+        LowerOptions {
+            inline_weights,
+            target: match target {
+                TargetKind::Cpu => tpuc_driver::PassTarget::Cpu,
+                TargetKind::Tpu => tpuc_driver::PassTarget::Tpu,
+            },
+            precision: self.precision.map(|p| match p {
+                PrecisionKind::Default => tpuc_driver::Precision::Default,
+                PrecisionKind::High => tpuc_driver::Precision::High,
+                PrecisionKind::Highest => tpuc_driver::Precision::Highest,
+            }),
+            bf16: self.bf16,
+            allow_excess_precision: self.allow_excess_precision,
+            no_fusion: self.no_fusion,
+            passes: self.passes.clone().map(|v| v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Copy, Clone, ValueEnum)]
@@ -190,6 +252,8 @@ struct CompileArgs {
     model: PathBuf,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
     /// Write the serialized executable here.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -207,6 +271,8 @@ struct RunArgs {
     model: PathBuf,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
     /// The program's user inputs as .npy files, in signature order (weights come from the
     /// archive).
     #[arg(long, num_args = 0.., value_name = "NPY")]
@@ -275,6 +341,49 @@ struct LowerArgs {
     /// Print how long import, each pass and emission took, to stderr.
     #[arg(long)]
     timing: bool,
+    /// The target whose default pipeline runs (TPU also legalizes f64 and i64).
+    #[arg(long, value_enum, default_value = "cpu")]
+    target: TargetKind,
+    /// Print a table of the time each pass took (and whether it changed the IR) to stderr.
+    #[arg(long)]
+    pass_timing: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+#[derive(Args)]
+struct OptArgs {
+    /// The program: a .pt2 archive, a torch.export model.json, or tpuc IR text (.tpuc).
+    model: PathBuf,
+    /// Write the output here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// What to write.
+    #[arg(long, value_enum, default_value = "ir")]
+    emit: EmitKind,
+    /// The target whose default pipeline runs and whose passes are configured.
+    #[arg(long, value_enum, default_value = "cpu")]
+    target: TargetKind,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+    /// Embed parameters, buffers and constants as constants.
+    #[arg(long)]
+    inline_weights: bool,
+    /// Run the IR verifier after every pass (always on in debug builds).
+    #[arg(long)]
+    verify_each: bool,
+    /// Print the IR after every pass to stderr.
+    #[arg(long)]
+    print_after_all: bool,
+    /// Write the IR after every pass into this folder, one numbered file per pass.
+    #[arg(long, value_name = "DIR")]
+    dump_dir: Option<PathBuf>,
+    /// Print a table of the time each pass took (and whether it changed the IR) to stderr.
+    #[arg(long)]
+    pass_timing: bool,
+    /// Attach FX node locations to the StableHLO ops (with --emit stablehlo).
+    #[arg(long)]
+    debug_locations: bool,
 }
 
 fn main() -> ExitCode {
@@ -331,20 +440,42 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let imported = tpuc_driver::import(&a.model)?;
             write_output(a.output.as_deref(), &tpuc_ir::print_module(&imported.module))
         }
-        Command::Lower(a) => {
+        Command::Opt(a) => {
             let options = LowerOptions {
-                inline_weights: a.inline_weights,
                 verify_each: a.verify_each,
                 print_after_all: a.print_after_all,
                 dump_dir: a.dump_dir.clone(),
                 debug_locations: a.debug_locations,
-                module_name: None,
+                pass_timing: a.pass_timing,
+                ..a.pipeline.options(a.inline_weights, a.target)
             };
             let emit = match a.emit {
                 EmitKind::Ir => Emit::Ir,
                 EmitKind::Stablehlo => Emit::StableHlo,
             };
             let lowered = tpuc_driver::compile_file(&a.model, &options, emit)?;
+            report_passes(&lowered, a.pass_timing);
+            let text = match lowered.stablehlo {
+                Some(s) => s,
+                None => tpuc_ir::print_module(&lowered.module),
+            };
+            write_output(a.output.as_deref(), &text)
+        }
+        Command::Lower(a) => {
+            let options = LowerOptions {
+                verify_each: a.verify_each,
+                print_after_all: a.print_after_all,
+                dump_dir: a.dump_dir.clone(),
+                debug_locations: a.debug_locations,
+                pass_timing: a.pass_timing,
+                ..a.pipeline.options(a.inline_weights, a.target)
+            };
+            let emit = match a.emit {
+                EmitKind::Ir => Emit::Ir,
+                EmitKind::Stablehlo => Emit::StableHlo,
+            };
+            let lowered = tpuc_driver::compile_file(&a.model, &options, emit)?;
+            report_passes(&lowered, a.pass_timing);
             if a.timing {
                 let t = &lowered.timings;
                 eprintln!("import: {:.3} ms", t.import.as_secs_f64() * 1e3);
@@ -360,7 +491,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &text)
         }
         Command::Compile(a) => {
-            let lowered = lower_for(&a.model, a.inline_weights)?;
+            let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
             let cache = a.target.cache.open();
             let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
             if let Some(out) = &a.output {
@@ -390,9 +521,20 @@ fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 /// Imports and lowers to StableHLO for compiling.
-fn lower_for(model: &std::path::Path, inline_weights: bool) -> Result<tpuc_driver::Lowered, Failure> {
-    let options = LowerOptions { inline_weights, ..Default::default() };
-    Ok(tpuc_driver::compile_file(model, &options, Emit::StableHlo)?)
+fn lower_for(model: &std::path::Path, options: LowerOptions) -> Result<tpuc_driver::Lowered, Failure> {
+    let lowered = tpuc_driver::compile_file(model, &options, Emit::StableHlo)?;
+    report_passes(&lowered, options.pass_timing);
+    Ok(lowered)
+}
+
+/// Prints the passes' notes (`note: ...`) and, if asked, the pass timing table to stderr.
+fn report_passes(lowered: &tpuc_driver::Lowered, pass_timing: bool) {
+    for n in &lowered.notes {
+        eprintln!("note: {n}");
+    }
+    if pass_timing {
+        eprint!("{}", lowered.timings.pass_table());
+    }
 }
 
 fn run_model(a: RunArgs) -> Result<(), Failure> {
@@ -402,7 +544,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         let t = HostTensor::read_npy(p).map_err(|e| Failure::User(e.to_string()))?;
         inputs.push((p.display().to_string(), t));
     }
-    let lowered = lower_for(&a.model, false)?;
+    let lowered = lower_for(&a.model, a.pipeline.options(false, a.target.target))?;
     let cache = a.target.cache.open();
     let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
     tracing::info!("{}", compiled.summary.line());
@@ -545,7 +687,7 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             Ok(())
         }
         CacheCommand::Explain(a) => {
-            let lowered = lower_for(&a.model, a.inline_weights)?;
+            let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
             let key_program = tpuc_driver::key_program(&lowered.module)?;
             let kc = tpuc_driver::exec::key_components(&key_program, &a.target.request(), &a.model.display().to_string())
                 .map_err(DriverError::from)?;

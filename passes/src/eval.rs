@@ -1,0 +1,485 @@
+//! A small host interpreter for ops on static constants: what `fold-constants` folds and what
+//! `sdpa-guard` evaluates to prove a mask causal.
+//!
+//! Exactness: data movement (broadcast, reshape, transpose, slice, concatenate, reverse) copies
+//! element bytes, so it is exact for every dtype. Arithmetic covers bool, signed and small
+//! unsigned integers (wrapping as XLA does) and the float dtypes up to f64; a float result is
+//! computed in f64 and rounded once to the result dtype, which for `+ - * /` and `sqrt` of
+//! f32/f16/bf16 operands equals the correctly rounded result (f64 has more than twice their
+//! precision). What could differ from XLA is not folded: transcendental functions, integer
+//! division by zero, float → integer conversions out of range, u64 and complex arithmetic.
+
+use bytes::Bytes;
+use tpuc_ir::{Attrs, DType, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueId};
+
+/// Folding limit for results computed element by element (splats are always cheap).
+pub const ARITH_LIMIT: i64 = 1 << 16;
+/// Folding limit for data movement of dense constants. Larger ones (inlined weight matrices)
+/// are left to `transpose-into-dot` and XLA: copying them here costs compile time and gains
+/// nothing.
+pub const MOVE_LIMIT: i64 = 1 << 16;
+
+fn strides(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Calls `f(flat_index, multi_index)` for every element of `dims` in row-major order.
+fn for_each_index(dims: &[i64], mut f: impl FnMut(usize, &[i64])) {
+    let n: i64 = dims.iter().product();
+    if n == 0 {
+        return;
+    }
+    let mut idx = vec![0i64; dims.len()];
+    for flat in 0..n as usize {
+        f(flat, &idx);
+        for d in (0..dims.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Gathers elements: result element `i` is source element `src_index(multi_index(i))`.
+fn gather_bytes(src: &TensorData, out_ty: &TensorType, src_index: impl Fn(&[i64]) -> i64) -> Option<TensorData> {
+    let dims = out_ty.static_dims()?;
+    let n = out_ty.num_elements()?;
+    // One element (a splat, or a one-element tensor such as a scalar read back from text)
+    // stays a splat however far it is broadcast.
+    if src.is_splat() || src.ty.num_elements() == Some(1) {
+        let sz = src.ty.dtype.size_bytes();
+        return TensorData::splat_bytes(out_ty.clone(), src.raw_bytes().slice(..sz)).ok();
+    }
+    if n > MOVE_LIMIT {
+        return None;
+    }
+    let sz = src.ty.dtype.size_bytes();
+    let raw = src.raw_bytes();
+    let mut out = Vec::with_capacity(n as usize * sz);
+    for_each_index(&dims, |_, idx| {
+        let s = src_index(idx) as usize * sz;
+        out.extend_from_slice(&raw[s..s + sz]);
+    });
+    TensorData::new(out_ty.clone(), Bytes::from(out)).ok()
+}
+
+/// A number in the interpreter: floats as f64, everything else as i64 (bool 0/1).
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum N {
+    F(f64),
+    I(i64),
+}
+
+fn supported(d: DType) -> bool {
+    !matches!(d, DType::U64 | DType::C64 | DType::C128)
+}
+
+fn read(d: &TensorData, i: usize) -> N {
+    match d.element(i) {
+        Scalar::Float(f) => N::F(f),
+        Scalar::Bool(b) => N::I(i64::from(b)),
+        Scalar::Int(i) => N::I(i),
+        Scalar::UInt(u) => N::I(u as i64),
+    }
+}
+
+/// Rounds / wraps a number to `dtype` (the value the dtype stores).
+fn store(dtype: DType, x: N) -> Scalar {
+    match (dtype, x) {
+        (DType::Bool, N::I(i)) => Scalar::Bool(i != 0),
+        (DType::Bool, N::F(f)) => Scalar::Bool(f != 0.0),
+        (d, N::F(f)) if d.is_float() => Scalar::Float(f),
+        (_, N::F(f)) => Scalar::Float(f),
+        (d, N::I(i)) if d.is_float() => Scalar::Float(i as f64),
+        (d, N::I(i)) if d.is_unsigned_int() => Scalar::UInt(i as u64),
+        (_, N::I(i)) => Scalar::Int(i),
+    }
+}
+
+/// Builds a tensor from numbers, one per element or one for a splat.
+fn build(ty: &TensorType, vals: Vec<N>, splat: bool) -> Option<TensorData> {
+    if splat {
+        let b = store(ty.dtype, vals[0]).to_bytes(ty.dtype);
+        return TensorData::splat_bytes(ty.clone(), Bytes::from(b)).ok();
+    }
+    let mut out = Vec::with_capacity(vals.len() * ty.dtype.size_bytes());
+    for v in vals {
+        out.extend_from_slice(&store(ty.dtype, v).to_bytes(ty.dtype));
+    }
+    TensorData::new(ty.clone(), Bytes::from(out)).ok()
+}
+
+/// The value `x` has after being stored in `dtype` (for checks such as exact integer range).
+fn rounded(dtype: DType, x: N) -> N {
+    let b = store(dtype, x).to_bytes(dtype);
+    read_scalar(dtype, &b)
+}
+
+fn read_scalar(dtype: DType, b: &[u8]) -> N {
+    match Scalar::from_bytes(dtype, b) {
+        Scalar::Float(f) => N::F(f),
+        Scalar::Bool(b) => N::I(i64::from(b)),
+        Scalar::Int(i) => N::I(i),
+        Scalar::UInt(u) => N::I(u as i64),
+    }
+}
+
+fn as_f(x: N) -> f64 {
+    match x {
+        N::F(f) => f,
+        N::I(i) => i as f64,
+    }
+}
+
+fn as_i(x: N) -> i64 {
+    match x {
+        N::I(i) => i,
+        N::F(f) => f as i64,
+    }
+}
+
+/// One element of an elementwise op; `None` where folding could differ from XLA.
+fn elementwise(opcode: Opcode, dtype: DType, attrs: &Attrs, xs: &[N]) -> Option<N> {
+    use Opcode::*;
+    let float = dtype.is_float();
+    let boolean = dtype == DType::Bool;
+    Some(match opcode {
+        Neg if float => N::F(-as_f(xs[0])),
+        Neg => N::I(as_i(xs[0]).wrapping_neg()),
+        Abs if float => N::F(as_f(xs[0]).abs()),
+        Abs => N::I(as_i(xs[0]).wrapping_abs()),
+        Sqrt if float => N::F(as_f(xs[0]).sqrt()),
+        Not if boolean => N::I(i64::from(as_i(xs[0]) == 0)),
+        Not => N::I(!as_i(xs[0])),
+        Add if boolean => N::I(i64::from(as_i(xs[0]) != 0 || as_i(xs[1]) != 0)),
+        Mul if boolean => N::I(i64::from(as_i(xs[0]) != 0 && as_i(xs[1]) != 0)),
+        Add if float => N::F(as_f(xs[0]) + as_f(xs[1])),
+        Sub if float => N::F(as_f(xs[0]) - as_f(xs[1])),
+        Mul if float => N::F(as_f(xs[0]) * as_f(xs[1])),
+        Div if float => N::F(as_f(xs[0]) / as_f(xs[1])),
+        Add if !boolean => N::I(as_i(xs[0]).wrapping_add(as_i(xs[1]))),
+        Sub if !boolean => N::I(as_i(xs[0]).wrapping_sub(as_i(xs[1]))),
+        Mul if !boolean => N::I(as_i(xs[0]).wrapping_mul(as_i(xs[1]))),
+        Div if !boolean => {
+            let (a, b) = (as_i(xs[0]), as_i(xs[1]));
+            if b == 0 {
+                return None;
+            }
+            N::I(a.wrapping_div(b))
+        }
+        Rem if !boolean && !float => {
+            let (a, b) = (as_i(xs[0]), as_i(xs[1]));
+            if b == 0 {
+                return None;
+            }
+            N::I(a.wrapping_rem(b))
+        }
+        Max | Min if float => {
+            let (a, b) = (as_f(xs[0]), as_f(xs[1]));
+            if a.is_nan() || b.is_nan() {
+                N::F(f64::NAN)
+            } else if a == b {
+                // max(-0, +0) is +0, min(-0, +0) is -0.
+                let neg = a.is_sign_negative() && b.is_sign_negative();
+                let any_neg = a.is_sign_negative() || b.is_sign_negative();
+                N::F(if opcode == Max { if neg { a } else { a.abs() } } else if any_neg { -a.abs() } else { a })
+            } else if (opcode == Max) == (a > b) {
+                N::F(a)
+            } else {
+                N::F(b)
+            }
+        }
+        Max => N::I(as_i(xs[0]).max(as_i(xs[1]))),
+        Min => N::I(as_i(xs[0]).min(as_i(xs[1]))),
+        And => N::I(as_i(xs[0]) & as_i(xs[1])),
+        Or => N::I(as_i(xs[0]) | as_i(xs[1])),
+        Xor => N::I(as_i(xs[0]) ^ as_i(xs[1])),
+        Select => {
+            if as_i(xs[0]) != 0 {
+                xs[1]
+            } else {
+                xs[2]
+            }
+        }
+        Compare => {
+            let dir = attrs.str("direction")?;
+            let r = match (xs[0], xs[1]) {
+                (N::F(a), N::F(b)) => match dir {
+                    "eq" => a == b,
+                    "ne" => a != b,
+                    "lt" => a < b,
+                    "le" => a <= b,
+                    "gt" => a > b,
+                    "ge" => a >= b,
+                    _ => return None,
+                },
+                (a, b) => {
+                    let (a, b) = (as_i(a), as_i(b));
+                    match dir {
+                        "eq" => a == b,
+                        "ne" => a != b,
+                        "lt" => a < b,
+                        "le" => a <= b,
+                        "gt" => a > b,
+                        "ge" => a >= b,
+                        _ => return None,
+                    }
+                }
+            };
+            N::I(i64::from(r))
+        }
+        _ => return None,
+    })
+}
+
+/// Converts one element from `from` to `to`, or `None` where the result is implementation
+/// defined (NaN or out-of-range floats to integers, integers that f64 cannot hold exactly).
+fn convert_elem(from: DType, to: DType, x: N) -> Option<N> {
+    if to == DType::Bool {
+        return Some(N::I(i64::from(match x {
+            N::F(f) => f != 0.0,
+            N::I(i) => i != 0,
+        })));
+    }
+    match x {
+        N::F(f) if to.is_float() => Some(N::F(f)),
+        N::F(f) => {
+            let t = f.trunc();
+            if !t.is_finite() {
+                return None;
+            }
+            let back = rounded(to, N::I(t as i64));
+            (as_f(back) == t).then_some(back)
+        }
+        N::I(i) if to.is_float() => {
+            if i.unsigned_abs() > (1u64 << 53) && from != DType::Bool {
+                return None;
+            }
+            Some(N::F(i as f64))
+        }
+        N::I(i) => Some(N::I(i)),
+    }
+}
+
+/// Evaluates an op on constant operands. `None` when the op is not foldable here (or its
+/// result would be too large, or could differ from what XLA computes).
+pub fn eval_op(m: &Module, op: OpId, args: &[&TensorData]) -> Option<TensorData> {
+    eval_op_limit(m, op, args, ARITH_LIMIT)
+}
+
+/// [`eval_op`] with another limit on elements computed one by one.
+pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i64) -> Option<TensorData> {
+    let limit = arith_limit;
+    use Opcode::*;
+    let d = &m.ops[op];
+    if d.results.len() != 1 || !d.regions.is_empty() {
+        return None;
+    }
+    let rt = m.values[d.results[0]].ty.clone();
+    let rdims = rt.static_dims()?;
+    let n = rt.num_elements()?;
+    let a = &d.attrs;
+    match d.opcode {
+        Constant => a.tensor("value").cloned(),
+        BroadcastInDim => {
+            let bd = a.ints("broadcast_dimensions")?;
+            let x = args[0];
+            let xd = x.ty.static_dims()?;
+            let xs = strides(&xd);
+            gather_bytes(x, &rt, |idx| bd.iter().enumerate().map(|(i, &r)| if xd[i] == 1 { 0 } else { idx[r as usize] * xs[i] }).sum())
+        }
+        Reshape => args[0].reshaped(rt).ok(),
+        Transpose => {
+            let p = a.ints("permutation")?;
+            let x = args[0];
+            let xs = strides(&x.ty.static_dims()?);
+            gather_bytes(x, &rt, |idx| p.iter().enumerate().map(|(i, &src)| idx[i] * xs[src as usize]).sum())
+        }
+        Slice => {
+            let (s, st) = (a.ints("start_indices")?, a.ints("strides")?);
+            let x = args[0];
+            let xs = strides(&x.ty.static_dims()?);
+            gather_bytes(x, &rt, |idx| idx.iter().enumerate().map(|(i, &j)| (s[i] + j * st[i]) * xs[i]).sum())
+        }
+        Reverse => {
+            let dims = a.ints("dimensions")?;
+            let x = args[0];
+            let xd = x.ty.static_dims()?;
+            let xs = strides(&xd);
+            gather_bytes(x, &rt, |idx| {
+                idx.iter().enumerate().map(|(i, &j)| if dims.contains(&(i as i64)) { xd[i] - 1 - j } else { j } * xs[i]).sum()
+            })
+        }
+        Concatenate => {
+            if n > MOVE_LIMIT {
+                return None;
+            }
+            let dim = a.int("dimension")? as usize;
+            let sz = rt.dtype.size_bytes();
+            let mut out = Vec::with_capacity(n as usize * sz);
+            let mut dense: Vec<Bytes> = Vec::new();
+            for t in args {
+                dense.push(t.to_dense_bytes());
+            }
+            let outer: i64 = rdims[..dim].iter().product();
+            for o in 0..outer {
+                for (t, bytes) in args.iter().zip(&dense) {
+                    let td = t.ty.static_dims()?;
+                    let chunk: i64 = td[dim..].iter().product::<i64>() * sz as i64;
+                    let start = (o * chunk) as usize;
+                    out.extend_from_slice(&bytes[start..start + chunk as usize]);
+                }
+            }
+            TensorData::new(rt, Bytes::from(out)).ok()
+        }
+        Iota => {
+            if n > limit || !supported(rt.dtype) {
+                return None;
+            }
+            let dim = a.int("dimension")? as usize;
+            let mut vals = Vec::with_capacity(n as usize);
+            for_each_index(&rdims, |_, idx| {
+                vals.push(if rt.dtype.is_float() { N::F(idx[dim] as f64) } else { N::I(idx[dim]) })
+            });
+            build(&rt, vals, false)
+        }
+        Convert => {
+            let x = args[0];
+            let (from, to) = (x.ty.dtype, rt.dtype);
+            if !supported(from) || !supported(to) {
+                return None;
+            }
+            if x.is_splat() {
+                let v = convert_elem(from, to, read(x, 0))?;
+                return build(&rt, vec![v], true);
+            }
+            if n > limit {
+                return None;
+            }
+            let vals = (0..n as usize).map(|i| convert_elem(from, to, read(x, i))).collect::<Option<Vec<_>>>()?;
+            build(&rt, vals, false)
+        }
+        op if op.is_elementwise() && op != Convert => {
+            let dtype = args.first().map_or(rt.dtype, |t| t.ty.dtype);
+            // Select's first operand is bool: check the value operands' dtype.
+            let value_dtype = if op == Select { args[1].ty.dtype } else { dtype };
+            if !supported(value_dtype) || !supported(rt.dtype) {
+                return None;
+            }
+            let all_splat = args.iter().all(|t| t.is_splat());
+            if !all_splat && n > limit {
+                return None;
+            }
+            let count = if all_splat { 1 } else { n as usize };
+            let mut vals = Vec::with_capacity(count);
+            let mut xs = Vec::with_capacity(args.len());
+            for i in 0..count {
+                xs.clear();
+                xs.extend(args.iter().map(|t| read(t, i)));
+                let r = elementwise(op, value_dtype, a, &xs)?;
+                vals.push(r);
+            }
+            build(&rt, vals, all_splat)
+        }
+        Reduce => {
+            let x = args[0];
+            let kind = match (a.str("kind")?, x.ty.dtype == DType::Bool) {
+                ("max" | "sum", true) => "or",
+                ("min" | "prod", true) => "and",
+                (k, _) => k,
+            };
+            let dims = a.ints("dimensions")?;
+            let xd = x.ty.static_dims()?;
+            let total = x.ty.num_elements()?;
+            if total > limit || !supported(rt.dtype) {
+                return None;
+            }
+            let float = rt.dtype.is_float();
+            // Float sums depend on the order XLA chooses: only fold exact kinds.
+            if float && matches!(kind, "sum" | "prod") {
+                return None;
+            }
+            let init = match (kind, float) {
+                ("max", true) => N::F(f64::NEG_INFINITY),
+                ("min", true) => N::F(f64::INFINITY),
+                ("max", false) => N::I(i64::MIN),
+                ("min", false) => N::I(i64::MAX),
+                ("sum", _) | ("or", _) => N::I(0),
+                ("prod", _) | ("and", _) => N::I(1),
+                _ => return None,
+            };
+            let mut acc = vec![init; n as usize];
+            let ostr = strides(&rdims);
+            let xs = x.ty.clone();
+            for_each_index(&xd, |flat, idx| {
+                let mut o = 0i64;
+                let mut k = 0;
+                for (i, &j) in idx.iter().enumerate() {
+                    if !dims.contains(&(i as i64)) {
+                        o += j * ostr[k];
+                        k += 1;
+                    }
+                }
+                let v = read(x, flat);
+                let cur = acc[o as usize];
+                acc[o as usize] = match kind {
+                    "max" => elementwise(Max, xs.dtype, a, &[cur, v]).unwrap_or(cur),
+                    "min" => elementwise(Min, xs.dtype, a, &[cur, v]).unwrap_or(cur),
+                    "sum" => N::I(as_i(cur).wrapping_add(as_i(v))),
+                    "prod" => N::I(as_i(cur).wrapping_mul(as_i(v))),
+                    "and" => N::I(i64::from(as_i(cur) != 0 && as_i(v) != 0)),
+                    _ => N::I(i64::from(as_i(cur) != 0 || as_i(v) != 0)),
+                };
+            });
+            build(&rt, acc, false)
+        }
+        _ => None,
+    }
+}
+
+/// Evaluates `v` if it depends only on constants and iotas (no function arguments), with
+/// intermediate results up to `limit` elements.
+pub fn eval_value(m: &Module, v: ValueId, limit: i64) -> Option<TensorData> {
+    let mut memo = std::collections::HashMap::new();
+    eval_rec(m, v, &mut memo, 0, limit)
+}
+
+fn eval_rec(
+    m: &Module,
+    v: ValueId,
+    memo: &mut std::collections::HashMap<ValueId, Option<TensorData>>,
+    depth: usize,
+    limit: i64,
+) -> Option<TensorData> {
+    if let Some(r) = memo.get(&v) {
+        return r.clone();
+    }
+    if depth > 256 {
+        return None;
+    }
+    let op = crate::util::def_op(m, v)?;
+    let d = &m.ops[op];
+    if d.results.len() != 1 || !d.opcode.is_pure() {
+        return None;
+    }
+    let mut args = Vec::with_capacity(d.operands.len());
+    for &x in &d.operands {
+        args.push(eval_rec(m, x, memo, depth + 1, limit)?);
+    }
+    let refs: Vec<&TensorData> = args.iter().collect();
+    let r = eval_op_limit(m, op, &refs, limit);
+    memo.insert(v, r.clone());
+    r
+}
+
+/// Every element as f64 (bools 0/1).
+pub fn to_f64s(t: &TensorData) -> Vec<f64> {
+    let n = t.ty.num_elements().unwrap_or(0) as usize;
+    (0..n).map(|i| as_f(read(t, i))).collect()
+}

@@ -1,0 +1,183 @@
+//! `fuse`: recognises attention, rotary embeddings, GELU, LayerNorm, RMSNorm, softmax,
+//! log-softmax, SiLU and SwiGLU and wraps each in a `composite` op (`tpuc.attention`,
+//! `tpuc.rope`, `tpuc.gelu`, `tpuc.layer_norm`, `tpuc.rms_norm`, `tpuc.softmax`,
+//! `tpuc.log_softmax`, `tpuc.silu`, `tpuc.swiglu`) whose region is the decomposition, which the
+//! emitter writes as a `stablehlo.composite`: XLA inlines the decomposition, and a TPU kernel
+//! can later replace the composite by name.
+//!
+//! Both forms the importer produces are recognised: a high-level op (`attention`, `gelu`,
+//! `layer_norm`, `softmax`, `log_softmax`) and the core-ATen decomposition as a chain of
+//! primitive ops (SDPA as scale/bmm/mask/softmax/bmm with grouped KV heads repeated, HF's
+//! NewGELU tanh formula, mean/variance layer norms, `x * rsqrt(mean(x²) + eps)`, `exp/sum`
+//! softmax, `x * sigmoid(x)`, `x * cos + rotate_half(x) * sin`). The patterns are in
+//! [`patterns`]; each names the composite's inputs, outputs and attributes, and [`outline`]
+//! moves the ops between them into the region.
+//!
+//! Needs: a verified module; run before `canonicalize` merges the transposes that delimit
+//! attention's q, k and v (the default pipeline runs `cse` and `sdpa-guard` first).
+//! Guarantees: the region is a copy of exactly the ops that computed the outputs from the
+//! inputs (constants and iotas they use are copied along), so the fused program computes the
+//! same values as the unfused one; the originals are removed when nothing else uses them. The
+//! attributes describe what the body computes (`scale`, `causal`, `epsilon`, `dimension`,
+//! `approximate`); a mask that is not provably causal becomes an input. Changed when a
+//! composite was made.
+
+pub mod patterns;
+
+use crate::util::{def_op, func_blocks};
+use crate::{Pass, PassError};
+use std::collections::{HashMap, HashSet};
+use tpuc_ir::{Attr, Attrs, BlockId, Module, OpId, Opcode, ValueDef, ValueId};
+
+pub struct Fuse;
+
+/// What a pattern found.
+#[derive(Debug)]
+pub struct Match {
+    pub name: &'static str,
+    pub attrs: Vec<(&'static str, Attr)>,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
+/// Constants up to this many elements are copied into a composite's region; larger ones (inlined
+/// weights) must be inputs.
+const CLONE_CONSTANT_LIMIT: i64 = 4096;
+
+/// Moves the ops computing `outputs` from `inputs` into a new `composite` placed where the
+/// first output was computed. Returns `None` (changing nothing) if the ops do not form a
+/// closed group: they reach a value that is neither an input nor computable from constants, or
+/// an op that is impure or has regions, or an input is defined after the composite's place.
+pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId>, PassError> {
+    let fail = |e: tpuc_ir::IrError| crate::failed("fuse", e);
+    let inputs: HashSet<ValueId> = mt.inputs.iter().copied().collect();
+    if inputs.len() != mt.inputs.len() || mt.outputs.iter().any(|o| inputs.contains(o)) {
+        return Ok(None);
+    }
+    let pos: HashMap<OpId, usize> = m.blocks[block].ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+    // The backward slice.
+    let mut slice: HashSet<OpId> = HashSet::new();
+    let mut stack: Vec<ValueId> = mt.outputs.clone();
+    while let Some(v) = stack.pop() {
+        if inputs.contains(&v) {
+            continue;
+        }
+        let Some(op) = def_op(m, v) else { return Ok(None) };
+        if !pos.contains_key(&op) {
+            return Ok(None);
+        }
+        if !slice.insert(op) {
+            continue;
+        }
+        let d = &m.ops[op];
+        if !d.opcode.is_pure() || !d.regions.is_empty() {
+            return Ok(None);
+        }
+        if d.opcode == Opcode::Constant {
+            let t = d.attrs.tensor("value");
+            if t.is_some_and(|t| !t.is_splat() && t.ty.num_elements().unwrap_or(i64::MAX) > CLONE_CONSTANT_LIMIT) {
+                return Ok(None);
+            }
+        }
+        stack.extend(d.operands.iter().copied());
+    }
+    if slice.is_empty() {
+        return Ok(None);
+    }
+    let mut ordered: Vec<OpId> = slice.iter().copied().collect();
+    ordered.sort_by_key(|o| pos[o]);
+    // The composite goes where the first output is computed; every input must exist by then.
+    let place = mt.outputs.iter().filter_map(|&o| def_op(m, o)).map(|o| pos[&o]).min().unwrap_or(0);
+    for &i in &mt.inputs {
+        if let ValueDef::Result { op, .. } = m.values[i].def {
+            if pos.get(&op).is_none_or(|&p| p >= place) {
+                return Ok(None);
+            }
+        }
+    }
+    // The region: arguments for the inputs, then copies of the slice in block order.
+    let arg_types: Vec<_> = mt.inputs.iter().map(|&v| m.values[v].ty.clone()).collect();
+    let (region, rb) = m.new_region(&arg_types);
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for (k, &i) in mt.inputs.iter().enumerate() {
+        map.insert(i, m.blocks[rb].args[k]);
+    }
+    for &op in &ordered {
+        let d = m.ops[op].clone();
+        let operands: Vec<ValueId> = d.operands.iter().map(|v| map[v]).collect();
+        let types: Vec<_> = d.results.iter().map(|&r| m.values[r].ty.clone()).collect();
+        let c = m.create_op_unchecked(d.opcode, &operands, d.attrs.clone(), types, &[]);
+        m.append_op(rb, c);
+        let loc = *m.op_locs.get(op);
+        m.set_loc(c, loc);
+        for (k, &r) in d.results.iter().enumerate() {
+            map.insert(r, m.ops[c].results[k]);
+        }
+    }
+    let yielded: Vec<ValueId> = mt.outputs.iter().map(|v| map[v]).collect();
+    let y = m.create_op(Opcode::Yield, &yielded, Attrs::new(), Some(&[]), &[]).map_err(fail)?;
+    m.append_op(rb, y);
+    let mut attrs = Attrs::new().with("name", Attr::Str(mt.name.to_string()));
+    for (k, v) in &mt.attrs {
+        attrs.set(k, v.clone());
+    }
+    let out_types: Vec<_> = mt.outputs.iter().map(|&v| m.values[v].ty.clone()).collect();
+    let comp = m.create_op(Opcode::Composite, &mt.inputs, attrs, Some(&out_types), &[region]).map_err(fail)?;
+    let first_out = def_op(m, mt.outputs[0]);
+    let loc = first_out.and_then(|o| *m.op_locs.get(o));
+    m.set_loc(comp, loc);
+    m.insert_op(block, place, comp);
+    // Uses outside the slice now read the composite's results.
+    let results = m.ops[comp].results.clone();
+    let subst: HashMap<ValueId, ValueId> = mt.outputs.iter().copied().zip(results.iter().copied()).collect();
+    let users: Vec<OpId> = m.blocks[block].ops.clone();
+    for op in users {
+        if slice.contains(&op) || op == comp {
+            continue;
+        }
+        for v in m.ops[op].operands.iter_mut() {
+            if let Some(&n) = subst.get(v) {
+                *v = n;
+            }
+        }
+    }
+    // Ops of the slice still used outside stay (their copies live in the region); the rest go.
+    crate::util::remove_dead(m);
+    Ok(Some(comp))
+}
+
+impl Pass for Fuse {
+    fn name(&self) -> &'static str {
+        "fuse"
+    }
+
+    fn run(&self, m: &mut Module) -> Result<bool, PassError> {
+        let mut changed = false;
+        for b in func_blocks(m) {
+            // Larger patterns first (attention contains a softmax, SwiGLU a SiLU); within a
+            // pattern, ops last to first, so the match ending at an op's latest use wins (a
+            // layer norm with its affine step, not without).
+            for pattern in patterns::ALL {
+                let mut cx_users = crate::util::users(m);
+                for op in m.block_ops(b).into_iter().rev() {
+                    if m.ops[op].block != Some(b) {
+                        continue;
+                    }
+                    let mt = {
+                        let cx = patterns::Ctx { m, users: std::mem::take(&mut cx_users) };
+                        let r = (pattern.matcher)(&cx, op);
+                        cx_users = cx.users;
+                        r
+                    };
+                    let Some(mt) = mt else { continue };
+                    if outline(m, b, &mt)?.is_some() {
+                        tracing::debug!(composite = mt.name, pattern = pattern.name, "fused");
+                        changed = true;
+                        cx_users = crate::util::users(m);
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+}

@@ -1,0 +1,43 @@
+//! `precision`: the matmul / convolution precision policy.
+//!
+//! Needs: a verified module.
+//! Guarantees: every `dot_general` and `convolution` (in every block, composite bodies
+//! included) on floating-point operands carries `precision` = the policy
+//! ([`crate::PipelineOptions::precision`]: the user's `--precision`, else `default` on TPU and
+//! `highest` on CPU), which the emitter writes as the StableHLO precision config. On TPU
+//! `default` is one bf16 pass with f32 accumulation, `high` three, `highest` six; XLA's CPU
+//! backend computes f32 either way. Changed when an attribute was set or changed.
+
+use crate::util::all_blocks;
+use crate::{Pass, PassError, Precision};
+use tpuc_ir::{Attr, Module, Opcode};
+
+pub struct SetPrecision {
+    pub precision: Precision,
+}
+
+impl Pass for SetPrecision {
+    fn name(&self) -> &'static str {
+        "precision"
+    }
+
+    fn run(&self, m: &mut Module) -> Result<bool, PassError> {
+        let want = self.precision.name();
+        let mut changed = false;
+        for b in all_blocks(m) {
+            for op in m.block_ops(b) {
+                let d = &m.ops[op];
+                if !matches!(d.opcode, Opcode::DotGeneral | Opcode::Convolution) {
+                    continue;
+                }
+                let dt = m.values[d.operands[0]].ty.dtype;
+                if !(dt.is_float() || dt.is_complex()) || d.attrs.str("precision") == Some(want) {
+                    continue;
+                }
+                m.ops[op].attrs.set("precision", Attr::Str(want.to_string()));
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+}

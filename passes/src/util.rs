@@ -1,0 +1,324 @@
+//! Helpers the passes share: walking every block, use lists, recognising splat constants,
+//! inserting ops before a given op, and removing dead ops.
+
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use tpuc_ir::{
+    Attr, Attrs, BlockId, DType, IrError, LocId, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueDef, ValueId,
+};
+
+/// Every block of every function, nested regions included, outer blocks first.
+pub fn all_blocks(m: &Module) -> Vec<BlockId> {
+    let mut out = Vec::new();
+    let mut stack: Vec<BlockId> = m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).rev().collect();
+    while let Some(b) = stack.pop() {
+        out.push(b);
+        for &op in m.blocks[b].ops.iter().rev() {
+            for &r in m.ops[op].regions.iter().rev() {
+                stack.extend(m.regions[r].blocks.iter().rev().copied());
+            }
+        }
+    }
+    out
+}
+
+/// The blocks of the functions' bodies only (not the regions of ops such as `composite`).
+pub fn func_blocks(m: &Module) -> Vec<BlockId> {
+    m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).collect()
+}
+
+/// For every value, the attached ops that use it (an op using a value twice appears twice).
+pub fn users(m: &Module) -> HashMap<ValueId, SmallVec<[OpId; 2]>> {
+    let mut u: HashMap<ValueId, SmallVec<[OpId; 2]>> = HashMap::new();
+    for (op, d) in m.ops.iter() {
+        if d.block.is_none() {
+            continue;
+        }
+        for &v in &d.operands {
+            u.entry(v).or_default().push(op);
+        }
+    }
+    u
+}
+
+/// The op defining `v` if it is an op result.
+pub fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
+    match m.values[v].def {
+        ValueDef::Result { op, .. } => Some(op),
+        ValueDef::BlockArg { .. } => None,
+    }
+}
+
+/// The opcode of the op defining `v`.
+pub fn def_opcode(m: &Module, v: ValueId) -> Option<Opcode> {
+    def_op(m, v).map(|o| m.ops[o].opcode)
+}
+
+/// `v`'s defining op if it has opcode `want`.
+pub fn def_is(m: &Module, v: ValueId, want: Opcode) -> Option<OpId> {
+    def_op(m, v).filter(|&o| m.ops[o].opcode == want)
+}
+
+/// The constant data of `v` if a `constant` op defines it.
+pub fn constant_of(m: &Module, v: ValueId) -> Option<&TensorData> {
+    def_is(m, v, Opcode::Constant).and_then(|o| m.ops[o].attrs.tensor("value"))
+}
+
+/// The single value every element of `v` has, if `v` is a splat constant (or a one-element
+/// one), possibly broadcast by `broadcast_in_dim`s, reshaped or converted to the same dtype.
+pub fn splat_of(m: &Module, v: ValueId) -> Option<Scalar> {
+    let mut v = v;
+    loop {
+        let op = def_op(m, v)?;
+        let d = &m.ops[op];
+        match d.opcode {
+            Opcode::Constant => return d.attrs.tensor("value")?.splat_value(),
+            Opcode::BroadcastInDim | Opcode::Reshape => v = d.operands[0],
+            _ => return None,
+        }
+    }
+}
+
+/// The splat value of `v` as f64 (bools as 0/1).
+pub fn splat_f64(m: &Module, v: ValueId) -> Option<f64> {
+    splat_of(m, v).map(Scalar::as_f64)
+}
+
+/// True if `v` is a splat constant equal to `x` (compared as f64; `-0.0 == 0.0`).
+pub fn is_splat(m: &Module, v: ValueId, x: f64) -> bool {
+    splat_f64(m, v) == Some(x)
+}
+
+/// Operands of `v`'s defining op when it is `opcode`, in both orders for commutative ops: the
+/// first pair returned satisfies `pred` on its second element if any order does.
+pub fn binary_with(m: &Module, v: ValueId, opcode: Opcode, pred: impl Fn(ValueId) -> bool) -> Option<(ValueId, ValueId)> {
+    let op = def_is(m, v, opcode)?;
+    let ops = &m.ops[op].operands;
+    let (a, b) = (ops[0], ops[1]);
+    if pred(b) {
+        Some((a, b))
+    } else if opcode.has_trait(tpuc_ir::opcode::traits::COMMUTATIVE) && pred(a) {
+        Some((b, a))
+    } else {
+        None
+    }
+}
+
+/// Operands of `v`'s defining op if it is the binary op `opcode`.
+pub fn binary(m: &Module, v: ValueId, opcode: Opcode) -> Option<(ValueId, ValueId)> {
+    let op = def_is(m, v, opcode)?;
+    let ops = &m.ops[op].operands;
+    Some((ops[0], ops[1]))
+}
+
+/// The operand of `v`'s defining op if it is the unary op `opcode`.
+pub fn unary(m: &Module, v: ValueId, opcode: Opcode) -> Option<ValueId> {
+    def_is(m, v, opcode).map(|o| m.ops[o].operands[0])
+}
+
+/// Looks through `convert`s (to any type) back to the converted value.
+pub fn strip_converts(m: &Module, mut v: ValueId) -> ValueId {
+    while let Some(x) = unary(m, v, Opcode::Convert) {
+        v = x;
+    }
+    v
+}
+
+/// Ops built at a position of a block: each new op goes before the op that was at `pos`.
+pub struct Inserter<'m> {
+    pub m: &'m mut Module,
+    pub block: BlockId,
+    pub pos: usize,
+    pub loc: Option<LocId>,
+}
+
+impl<'m> Inserter<'m> {
+    /// Builds before `op` (in `op`'s block), with `op`'s provenance.
+    pub fn before(m: &'m mut Module, op: OpId) -> Self {
+        let block = m.ops[op].block.expect("attached op");
+        let pos = m.blocks[block].ops.iter().position(|&o| o == op).expect("op in its block");
+        let loc = *m.op_locs.get(op);
+        Inserter { m, block, pos, loc }
+    }
+
+    pub fn build(&mut self, opcode: Opcode, operands: &[ValueId], attrs: Attrs, results: Option<&[TensorType]>) -> Result<SmallVec<[ValueId; 1]>, IrError> {
+        let op = self.m.create_op(opcode, operands, attrs, results, &[])?;
+        self.m.insert_op(self.block, self.pos, op);
+        self.m.set_loc(op, self.loc);
+        self.pos += 1;
+        Ok(self.m.ops[op].results.clone())
+    }
+
+    pub fn build1(&mut self, opcode: Opcode, operands: &[ValueId], attrs: Attrs, result: Option<TensorType>) -> Result<ValueId, IrError> {
+        let r = result.map(|t| vec![t]);
+        Ok(self.build(opcode, operands, attrs, r.as_deref())?[0])
+    }
+
+    pub fn constant(&mut self, data: TensorData) -> Result<ValueId, IrError> {
+        self.build1(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data)), None)
+    }
+
+    /// Converts to `dtype` (returns `x` when it has that dtype already).
+    pub fn convert(&mut self, x: ValueId, dtype: DType) -> Result<ValueId, IrError> {
+        let t = self.m.values[x].ty.clone();
+        if t.dtype == dtype {
+            return Ok(x);
+        }
+        self.build1(Opcode::Convert, &[x], Attrs::new(), Some(t.with_dtype(dtype)))
+    }
+}
+
+/// Detaches `op` and, recursively, the ops of its regions.
+pub fn erase_op(m: &mut Module, op: OpId) {
+    let regions = m.ops[op].regions.clone();
+    for r in regions {
+        for b in m.regions[r].blocks.clone() {
+            for inner in m.blocks[b].ops.clone() {
+                erase_op(m, inner);
+            }
+        }
+    }
+    m.detach_op(op);
+}
+
+/// Replaces every use of `op`'s single result by `v` and erases `op`.
+pub fn replace_op(m: &mut Module, op: OpId, v: ValueId) {
+    let r = m.ops[op].results[0];
+    m.replace_all_uses(r, v);
+    erase_op(m, op);
+}
+
+/// Removes pure ops whose results nobody uses, in every block, until none is left. Returns
+/// whether anything was removed.
+pub fn remove_dead(m: &mut Module) -> bool {
+    let mut counts: HashMap<ValueId, u32> = HashMap::new();
+    for (_, d) in m.ops.iter() {
+        if d.block.is_some() {
+            for &v in &d.operands {
+                *counts.entry(v).or_default() += 1;
+            }
+        }
+    }
+    let mut changed = false;
+    for b in all_blocks(m) {
+        if m.blocks[b].region.is_none() {
+            continue;
+        }
+        let mut dead: Vec<OpId> = Vec::new();
+        for &op in m.blocks[b].ops.iter().rev() {
+            let d = &m.ops[op];
+            if !d.opcode.is_pure() || d.opcode.is_terminator() {
+                continue;
+            }
+            if d.results.iter().all(|r| counts.get(r).copied().unwrap_or(0) == 0) {
+                for &v in &d.operands {
+                    if let Some(c) = counts.get_mut(&v) {
+                        *c -= 1;
+                    }
+                }
+                dead.push(op);
+            }
+        }
+        if dead.is_empty() {
+            continue;
+        }
+        changed = true;
+        let set: std::collections::HashSet<OpId> = dead.iter().copied().collect();
+        for &op in &dead {
+            // Inner ops of a dead composite go too.
+            let regions = m.ops[op].regions.clone();
+            for r in regions {
+                for ib in m.regions[r].blocks.clone() {
+                    for inner in m.blocks[ib].ops.clone() {
+                        erase_op(m, inner);
+                    }
+                }
+            }
+            m.ops[op].block = None;
+        }
+        m.blocks[b].ops.retain(|o| !set.contains(o));
+    }
+    changed
+}
+
+/// Static dims of a value's type (None if any is symbolic).
+pub fn static_dims(m: &Module, v: ValueId) -> Option<Vec<i64>> {
+    m.values[v].ty.static_dims()
+}
+
+/// True if converting any value of `from` to `to` and back gives the value itself.
+pub fn exactly_representable(from: DType, to: DType) -> bool {
+    use DType::*;
+    if from == to {
+        return true;
+    }
+    let int_bits = |d: DType| -> Option<(bool, u32)> {
+        Some(match d {
+            Bool => (false, 1),
+            I8 => (true, 8),
+            I16 => (true, 16),
+            I32 => (true, 32),
+            I64 => (true, 64),
+            U8 => (false, 8),
+            U16 => (false, 16),
+            U32 => (false, 32),
+            U64 => (false, 64),
+            _ => return None,
+        })
+    };
+    // (mantissa bits incl. implicit, exponent range rank)
+    let float_prec = |d: DType| -> Option<(u32, u32)> {
+        Some(match d {
+            F8E4M3FN => (4, 1),
+            F8E5M2 => (3, 2),
+            F16 => (11, 2),
+            BF16 => (8, 3),
+            F32 => (24, 3),
+            F64 => (53, 4),
+            _ => return None,
+        })
+    };
+    match (int_bits(from), int_bits(to), float_prec(from), float_prec(to)) {
+        (Some((fs, fb)), Some((ts, tb)), _, _) => {
+            if from == Bool {
+                return true;
+            }
+            if fs && !ts {
+                return false;
+            }
+            if fs == ts {
+                tb >= fb
+            } else {
+                tb > fb
+            }
+        }
+        (Some((_, fb)), None, _, Some((tm, _))) => from == Bool || fb < tm,
+        (None, None, Some((fm, fe)), Some((tm, te))) => tm >= fm && te >= fe,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn representability() {
+        use DType::*;
+        assert!(exactly_representable(F32, F64));
+        assert!(exactly_representable(BF16, F32));
+        assert!(!exactly_representable(BF16, F16));
+        assert!(!exactly_representable(F16, BF16));
+        assert!(!exactly_representable(F64, F32));
+        assert!(exactly_representable(I32, I64));
+        assert!(!exactly_representable(I64, I32));
+        assert!(exactly_representable(U8, I16));
+        assert!(!exactly_representable(U8, I8));
+        assert!(!exactly_representable(I8, U16));
+        assert!(exactly_representable(I16, F32));
+        assert!(!exactly_representable(I32, F32));
+        assert!(exactly_representable(I32, F64));
+        assert!(exactly_representable(Bool, F16));
+        assert!(exactly_representable(Bool, I8));
+    }
+}
