@@ -463,6 +463,21 @@ impl<'m> Emitter<'m> {
         self.out.push(']');
     }
 
+    /// The body of a `#stablehlo.gather<...>` / `#stablehlo.scatter<...>` attribute: each
+    /// non-empty list of `names` as `name = [..]`, then `index_vector_dim = N`.
+    pub fn dimension_numbers(&mut self, a: &tpuc_ir::Attrs, names: &[&str]) {
+        for name in names {
+            let v = a.ints(name).unwrap_or(&[]);
+            if !v.is_empty() {
+                self.out.push_str(name);
+                self.out.push_str(" = ");
+                self.ints(v);
+                self.out.push_str(", ");
+            }
+        }
+        let _ = write!(self.out, "index_vector_dim = {}", a.int("index_vector_dim").unwrap_or(0));
+    }
+
     /// `array<i64: 1, 2>`
     pub fn array_i64(&mut self, v: &[i64]) {
         self.out.push_str("array<i64");

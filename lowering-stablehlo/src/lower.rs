@@ -353,29 +353,11 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(idx);
         self.s(") <{dimension_numbers = #stablehlo.gather<");
-        let mut first = true;
-        for name in [
-            "offset_dims",
-            "collapsed_slice_dims",
-            "operand_batching_dims",
-            "start_indices_batching_dims",
-            "start_index_map",
-        ] {
-            let v = ints(a, name);
-            if !v.is_empty() {
-                self.s(if first { "" } else { ", " });
-                first = false;
-                self.s(name);
-                self.s(" = ");
-                self.ints(v);
-            }
-        }
-        let _ = write!(
-            self.out,
-            "{}index_vector_dim = {}>, indices_are_sorted = false, slice_sizes = ",
-            if first { "" } else { ", " },
-            int(a, "index_vector_dim")
+        self.dimension_numbers(
+            a,
+            &["offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"],
         );
+        self.s(">, indices_are_sorted = false, slice_sizes = ");
         self.array_i64(ints(a, "slice_sizes"));
         self.s("}> : ");
         self.fn_ty(&[tx, ti], rt);

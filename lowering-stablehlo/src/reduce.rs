@@ -282,29 +282,17 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(upd);
         self.s(") <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<");
-        let mut first = true;
-        for name in [
-            "update_window_dims",
-            "inserted_window_dims",
-            "input_batching_dims",
-            "scatter_indices_batching_dims",
-            "scatter_dims_to_operand_dims",
-        ] {
-            let v = ints(a, name);
-            if !v.is_empty() {
-                self.s(if first { "" } else { ", " });
-                first = false;
-                self.s(name);
-                self.s(" = ");
-                self.ints(v);
-            }
-        }
-        let _ = write!(
-            self.out,
-            "{}index_vector_dim = {}>, unique_indices = false}}> ",
-            if first { "" } else { ", " },
-            a.int("index_vector_dim").unwrap_or(0)
+        self.dimension_numbers(
+            a,
+            &[
+                "update_window_dims",
+                "inserted_window_dims",
+                "input_batching_dims",
+                "scatter_indices_batching_dims",
+                "scatter_dims_to_operand_dims",
+            ],
         );
+        self.s(">, unique_indices = false}> ");
         let args = self.region_begin(&[&s, &s]);
         let c = match body {
             None => args[1],
