@@ -322,33 +322,11 @@ struct LowerArgs {
     /// What to write.
     #[arg(long, value_enum, default_value = "stablehlo")]
     emit: EmitKind,
-    /// Embed parameters, buffers and constants as constants (default: leading function
-    /// arguments, in signature order).
-    #[arg(long)]
-    inline_weights: bool,
-    /// Attach each op's FX node name and source line as an MLIR location.
-    #[arg(long)]
-    debug_locations: bool,
-    /// Run the IR verifier after every pass (always on in debug builds).
-    #[arg(long)]
-    verify_each: bool,
-    /// Print the IR after every pass to stderr.
-    #[arg(long)]
-    print_after_all: bool,
-    /// Write the IR after every pass into this folder, one numbered file per pass.
-    #[arg(long, value_name = "DIR")]
-    dump_dir: Option<PathBuf>,
     /// Print how long import, each pass and emission took, to stderr.
     #[arg(long)]
     timing: bool,
-    /// The target whose default pipeline runs (TPU also legalizes f64 and i64).
-    #[arg(long, value_enum, default_value = "cpu")]
-    target: TargetKind,
-    /// Print a table of the time each pass took (and whether it changed the IR) to stderr.
-    #[arg(long)]
-    pass_timing: bool,
     #[command(flatten)]
-    pipeline: PipelineArgs,
+    passes: PassRunArgs,
 }
 
 #[derive(Args)]
@@ -361,14 +339,25 @@ struct OptArgs {
     /// What to write.
     #[arg(long, value_enum, default_value = "ir")]
     emit: EmitKind,
-    /// The target whose default pipeline runs and whose passes are configured.
+    #[command(flatten)]
+    passes: PassRunArgs,
+}
+
+/// How `lower` and `opt` run the pass pipeline.
+#[derive(Args)]
+struct PassRunArgs {
+    /// The target whose default pipeline runs (TPU also legalizes f64 and i64).
     #[arg(long, value_enum, default_value = "cpu")]
     target: TargetKind,
     #[command(flatten)]
     pipeline: PipelineArgs,
-    /// Embed parameters, buffers and constants as constants.
+    /// Embed parameters, buffers and constants as constants (default: leading function
+    /// arguments, in signature order).
     #[arg(long)]
     inline_weights: bool,
+    /// Attach each op's FX node name and source line as an MLIR location (StableHLO output).
+    #[arg(long)]
+    debug_locations: bool,
     /// Run the IR verifier after every pass (always on in debug builds).
     #[arg(long)]
     verify_each: bool,
@@ -381,9 +370,38 @@ struct OptArgs {
     /// Print a table of the time each pass took (and whether it changed the IR) to stderr.
     #[arg(long)]
     pass_timing: bool,
-    /// Attach FX node locations to the StableHLO ops (with --emit stablehlo).
-    #[arg(long)]
-    debug_locations: bool,
+}
+
+impl PassRunArgs {
+    fn options(&self) -> LowerOptions {
+        LowerOptions {
+            verify_each: self.verify_each,
+            print_after_all: self.print_after_all,
+            dump_dir: self.dump_dir.clone(),
+            debug_locations: self.debug_locations,
+            pass_timing: self.pass_timing,
+            ..self.pipeline.options(self.inline_weights, self.target)
+        }
+    }
+
+    /// Imports and runs the pipeline, reporting pass notes and timings.
+    fn lower(&self, model: &std::path::Path, emit: EmitKind) -> Result<tpuc_driver::Lowered, Failure> {
+        let emit = match emit {
+            EmitKind::Ir => Emit::Ir,
+            EmitKind::Stablehlo => Emit::StableHlo,
+        };
+        let lowered = tpuc_driver::compile_file(model, &self.options(), emit)?;
+        report_passes(&lowered, self.pass_timing);
+        Ok(lowered)
+    }
+}
+
+/// The text a lowering produced: StableHLO when emitted, else the IR.
+fn output_text(lowered: tpuc_driver::Lowered) -> String {
+    match lowered.stablehlo {
+        Some(s) => s,
+        None => tpuc_ir::print_module(&lowered.module),
+    }
 }
 
 fn main() -> ExitCode {
@@ -441,41 +459,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &tpuc_ir::print_module(&imported.module))
         }
         Command::Opt(a) => {
-            let options = LowerOptions {
-                verify_each: a.verify_each,
-                print_after_all: a.print_after_all,
-                dump_dir: a.dump_dir.clone(),
-                debug_locations: a.debug_locations,
-                pass_timing: a.pass_timing,
-                ..a.pipeline.options(a.inline_weights, a.target)
-            };
-            let emit = match a.emit {
-                EmitKind::Ir => Emit::Ir,
-                EmitKind::Stablehlo => Emit::StableHlo,
-            };
-            let lowered = tpuc_driver::compile_file(&a.model, &options, emit)?;
-            report_passes(&lowered, a.pass_timing);
-            let text = match lowered.stablehlo {
-                Some(s) => s,
-                None => tpuc_ir::print_module(&lowered.module),
-            };
-            write_output(a.output.as_deref(), &text)
+            let lowered = a.passes.lower(&a.model, a.emit)?;
+            write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Lower(a) => {
-            let options = LowerOptions {
-                verify_each: a.verify_each,
-                print_after_all: a.print_after_all,
-                dump_dir: a.dump_dir.clone(),
-                debug_locations: a.debug_locations,
-                pass_timing: a.pass_timing,
-                ..a.pipeline.options(a.inline_weights, a.target)
-            };
-            let emit = match a.emit {
-                EmitKind::Ir => Emit::Ir,
-                EmitKind::Stablehlo => Emit::StableHlo,
-            };
-            let lowered = tpuc_driver::compile_file(&a.model, &options, emit)?;
-            report_passes(&lowered, a.pass_timing);
+            let lowered = a.passes.lower(&a.model, a.emit)?;
             if a.timing {
                 let t = &lowered.timings;
                 eprintln!("import: {:.3} ms", t.import.as_secs_f64() * 1e3);
@@ -484,11 +472,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 eprintln!("emit: {:.3} ms", t.emit.as_secs_f64() * 1e3);
             }
-            let text = match lowered.stablehlo {
-                Some(s) => s,
-                None => tpuc_ir::print_module(&lowered.module),
-            };
-            write_output(a.output.as_deref(), &text)
+            write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Compile(a) => {
             let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
