@@ -21,6 +21,7 @@
 use crate::eval::{eval_value, to_f64s};
 use crate::util::{all_blocks, def_is, def_op, splat_f64, unary};
 use crate::{Pass, PassError};
+use std::collections::HashMap;
 use tpuc_ir::{Module, OpId, Opcode, ValueId};
 
 pub struct SdpaGuard;
@@ -83,9 +84,30 @@ fn match_guard(m: &Module, sel: OpId) -> Option<(ValueId, ValueId, i64)> {
     (scores == s).then_some((p, s, dim))
 }
 
+/// Proofs already made in this run, by (mask value, row dim in it, which test): the layers of a
+/// model share one mask after CSE, so each is evaluated once.
+type Proofs = HashMap<(ValueId, Option<usize>, Test), bool>;
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+enum Test {
+    /// Kept where the additive mask is finite.
+    Finite,
+    /// Kept where the boolean mask is true.
+    True,
+}
+
+impl Test {
+    fn kept(self, v: f64) -> bool {
+        match self {
+            Test::Finite => v > f64::NEG_INFINITY && !v.is_nan(),
+            Test::True => v != 0.0,
+        }
+    }
+}
+
 /// True if every row along result dim `dim` of `mask_bcast` (a broadcast of a computable
-/// mask) has an element satisfying `kept`.
-fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, kept: impl Fn(f64) -> bool) -> bool {
+/// mask) has an element the test keeps.
+fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, test: Test, proofs: &mut Proofs) -> bool {
     // Follow broadcasts and reshapes back to the computed mask, tracking where `dim` goes.
     let mut v = mask_bcast;
     let mut d = Some(dim as usize);
@@ -101,6 +123,11 @@ fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, kept: impl Fn(f64)
             _ => break,
         }
     }
+    *proofs.entry((v, d, test)).or_insert_with(|| row_check(m, v, d, test))
+}
+
+fn row_check(m: &Module, v: ValueId, d: Option<usize>, test: Test) -> bool {
+    let kept = |x: f64| test.kept(x);
     let Some(t) = eval_value(m, v, MASK_LIMIT) else { return false };
     let Some(dims) = t.ty.static_dims() else { return false };
     let vals = to_f64s(&t);
@@ -117,13 +144,14 @@ fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, kept: impl Fn(f64)
 }
 
 /// Whether the scores `s` provably keep a finite entry in every row along `dim`.
-fn rows_never_fully_masked(m: &Module, s: ValueId, dim: i64) -> bool {
+fn rows_never_fully_masked(m: &Module, s: ValueId, dim: i64, proofs: &mut Proofs) -> bool {
     let Some(op) = def_op(m, s) else { return false };
     let d = &m.ops[op];
     match d.opcode {
-        Opcode::Add => d.operands.iter().any(|&x| every_row_keeps(m, x, dim, |v| v > f64::NEG_INFINITY && !v.is_nan())),
+        Opcode::Add => d.operands.iter().any(|&x| every_row_keeps(m, x, dim, Test::Finite, proofs)),
         Opcode::Select => {
-            splat_f64(m, d.operands[2]) == Some(f64::NEG_INFINITY) && every_row_keeps(m, d.operands[0], dim, |v| v != 0.0)
+            splat_f64(m, d.operands[2]) == Some(f64::NEG_INFINITY)
+                && every_row_keeps(m, d.operands[0], dim, Test::True, proofs)
         }
         _ => false,
     }
@@ -136,13 +164,14 @@ impl Pass for SdpaGuard {
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
         let mut changed = false;
+        let mut proofs = Proofs::new();
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 if m.ops[op].block != Some(b) {
                     continue;
                 }
                 let Some((p, s, dim)) = match_guard(m, op) else { continue };
-                if rows_never_fully_masked(m, s, dim) {
+                if rows_never_fully_masked(m, s, dim, &mut proofs) {
                     crate::util::replace_op(m, op, p);
                     changed = true;
                 }
