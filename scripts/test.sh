@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run all tests: setup, cargo build, cargo tests, lit tests, verifier self-test.
+# Run all tests: setup, cargo build, cargo tests, lit tests, verifier self-test, the Python
+# package (built with maturin into .venv) and its pytest suite.
 # Exits non-zero on the first failure. Extra env:
 #   TPUC_BIN          tpuc binary for lit (default: <target>/debug/tpuc)
 #   CARGO_TARGET_DIR  honoured as cargo does
@@ -53,6 +54,17 @@ step "lit -v tests/lit (TPUC_BIN=$TPUC_BIN)"
 current="verifier self-test"
 step "tests/verify_stablehlo.py --self-test"
 "$ROOT/.venv/bin/python" "$ROOT/tests/verify_stablehlo.py" --self-test
+
+current="python package"
+step "maturin develop --release (python/) and pytest tests/python"
+(cd "$ROOT/python" && VIRTUAL_ENV="$ROOT/.venv" "$ROOT/.venv/bin/maturin" develop --release --quiet)
+set +e
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/python"
+rc=$?
+set -e
+# pytest exits 5 when it collected no tests: that is a failure here, not a pass.
+[ "$rc" -ne 5 ] || { echo "pytest collected no tests in tests/python" >&2; exit 1; }
+[ "$rc" -eq 0 ] || exit "$rc"
 
 current=""
 step "all tests passed ($((SECONDS - started)) s)"

@@ -1,0 +1,383 @@
+//! `tpuc._C`: the Python extension. A thin layer over `tpuc_driver::session`: it compiles
+//! serialized programs in process and runs them on tensors the Python side hands over as
+//! (address, byte size) pairs of contiguous CPU memory, read in place without a copy on our
+//! side. Results come back as `HostBuffer`s, whose bytes torch wraps without a copy
+//! (`torch.frombuffer`).
+//!
+//! Errors are `tpuc.errors.TpucError` (with `kind`, `node`, `target`, `source`); a Rust panic is
+//! caught at every entry point and raised as a `TpucError` of kind `internal`.
+
+// The module is `tpuc._C`, as torch names its own extension.
+#![allow(non_snake_case)]
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tpuc_driver::exec::{ExecError, Target};
+use tpuc_driver::session::{self, SessionOptions};
+use tpuc_driver::DriverError;
+use tpuc_frontend_fx::{ConstValue, InputSlot, NodeRef, OutputSlot};
+
+/// Raises `tpuc.errors.TpucError(message, kind=..., node=..., target=..., source=..., graph=...)`.
+fn tpuc_error(py: Python<'_>, message: String, kind: &str, at: Option<NodeRef>, graph: Option<&str>) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import("tpuc.errors")?.getattr("TpucError")?;
+        let kw = PyDict::new(py);
+        kw.set_item("kind", kind)?;
+        if let Some(at) = &at {
+            kw.set_item("node", &at.node)?;
+            kw.set_item("target", &at.target)?;
+            kw.set_item("source", &at.source)?;
+        }
+        kw.set_item("graph", graph)?;
+        let value = cls.call((message.clone(),), Some(&kw))?;
+        Ok(PyErr::from_value(value))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+fn driver_error(py: Python<'_>, e: DriverError, graph: &str) -> PyErr {
+    let kind = session::error_kind(&e);
+    let at = session::error_node(&e);
+    let message = e.to_string();
+    // Run-time errors of a program already start with its name.
+    let message = if message.starts_with(&format!("{graph}:")) { format!("tpuc: {message}") } else { format!("tpuc: {graph}: {message}") };
+    tpuc_error(py, message, kind, at, Some(graph))
+}
+
+fn exec_error(py: Python<'_>, e: ExecError, graph: &str) -> PyErr {
+    driver_error(py, DriverError::from(e), graph)
+}
+
+/// Runs `f`, turning a Rust panic into a `TpucError` of kind `internal`.
+fn guard<T>(py: Python<'_>, what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(tpuc_error(
+                py,
+                format!("tpuc internal error in {what} (a bug in tpuc; please report it): {msg}"),
+                "internal",
+                None,
+                None,
+            ))
+        }
+    }
+}
+
+/// # Safety
+/// `ptr` must address `len` readable bytes that stay valid and unmodified while the slice lives.
+unsafe fn borrowed<'a>(ptr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+    }
+}
+
+/// Result bytes owned by Rust, exposed through the buffer protocol (writable, one byte per
+/// item) so that `torch.frombuffer` wraps them without a copy.
+#[pyclass(module = "tpuc._C")]
+struct HostBuffer {
+    data: Vec<u8>,
+}
+
+#[pymethods]
+impl HostBuffer {
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("view is null"));
+        }
+        let (buf, len) = {
+            let mut this = slf.try_borrow_mut().map_err(|e| PyBufferError::new_err(e.to_string()))?;
+            (this.data.as_mut_ptr(), this.data.len())
+        };
+        // SAFETY: `view` is a valid Py_buffer to fill (checked non-null); the data lives in the
+        // Vec owned by `slf`, which the view keeps alive through `obj`, and a HostBuffer never
+        // reallocates its Vec after creation.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = buf as *mut c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 0;
+            (*view).itemsize = 1;
+            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+            (*view).strides =
+                if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES { &mut (*view).itemsize } else { std::ptr::null_mut() };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// A compiled graph with its weights resident on the device.
+#[pyclass(module = "tpuc._C")]
+struct Program {
+    inner: session::Program,
+    calls: AtomicU64,
+    /// Nanoseconds inside `Program.run` (argument parsing excluded), and inside PJRT execute.
+    run_ns: AtomicU64,
+    execute_ns: AtomicU64,
+    upload_ns: AtomicU64,
+    download_ns: AtomicU64,
+}
+
+fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match c {
+        ConstValue::None => py.None().into_bound(py),
+        ConstValue::Int(i) => i.into_pyobject(py)?.into_any(),
+        ConstValue::Float(f) => f.into_pyobject(py)?.into_any(),
+        ConstValue::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+        ConstValue::Str(s) => s.into_pyobject(py)?.into_any(),
+    })
+}
+
+#[pymethods]
+impl Program {
+    /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
+    #[staticmethod]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn compile(
+        py: Python<'_>,
+        program: &Bound<'_, PyBytes>,
+        name: &str,
+        target: &str,
+        topology: Option<String>,
+        plugin: Option<PathBuf>,
+        dump_dir: Option<PathBuf>,
+        verify_each: bool,
+    ) -> PyResult<Program> {
+        guard(py, "Program.compile", || {
+            let target = match target {
+                "cpu" => Target::Cpu,
+                "tpu" => Target::Tpu,
+                other => {
+                    return Err(tpuc_error(py, format!("tpuc: unknown target `{other}` (cpu, tpu)"), "options", None, None))
+                }
+            };
+            let options = SessionOptions { target, topology, plugin, dump_dir, verify_each, name: name.to_string() };
+            let bytes = program.as_bytes().to_vec();
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| session::compile(bytes, &options))));
+            let compiled = match result {
+                Ok(r) => r.map_err(|e| driver_error(py, e, name))?,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            Ok(Program {
+                inner: compiled,
+                calls: AtomicU64::new(0),
+                run_ns: AtomicU64::new(0),
+                execute_ns: AtomicU64::new(0),
+                upload_ns: AtomicU64::new(0),
+                download_ns: AtomicU64::new(0),
+            })
+        })
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Per signature input: the argument index of `main`, or `("const", value)`.
+    #[getter]
+    fn input_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.inner
+            .inputs
+            .iter()
+            .map(|s| match s {
+                InputSlot::Arg(i) => Ok(i.into_pyobject(py)?.into_any()),
+                InputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
+            })
+            .collect()
+    }
+
+    /// Per signature output: `("result", i)`, `("const", value)` or `("sym", text)`.
+    #[getter]
+    fn output_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.inner
+            .outputs
+            .iter()
+            .map(|s| match s {
+                OutputSlot::Result(i) => Ok(("result", *i).into_pyobject(py)?.into_any()),
+                OutputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
+                OutputSlot::Sym(e) => Ok(("sym", e.to_string()).into_pyobject(py)?.into_any()),
+            })
+            .collect()
+    }
+
+    /// `main`'s arguments: (name, kind, torch dtype name, dims, bytes).
+    #[getter]
+    fn args(&self) -> Vec<(String, &'static str, &'static str, Vec<i64>, usize)> {
+        self.inner
+            .args
+            .iter()
+            .map(|a| {
+                (a.name.clone(), a.kind.name(), session::torch_dtype_name(a.ty.dtype), a.ty.static_dims().unwrap_or_default(), a.bytes)
+            })
+            .collect()
+    }
+
+    /// `main`'s results: (torch dtype name, dims, bytes).
+    #[getter]
+    fn results(&self) -> Vec<(&'static str, Vec<i64>, usize)> {
+        self.inner
+            .results
+            .iter()
+            .map(|t| (session::torch_dtype_name(t.dtype), t.static_dims().unwrap_or_default(), t.size_bytes().unwrap_or(0)))
+            .collect()
+    }
+
+    /// Argument indices of the user inputs, in the order `run` takes them.
+    #[getter]
+    fn user_args(&self) -> Vec<usize> {
+        self.inner.user_args().to_vec()
+    }
+
+    #[getter]
+    fn stablehlo(&self) -> &str {
+        &self.inner.stablehlo
+    }
+
+    /// Where the executable came from (`miss` = compiled; cache tiers otherwise).
+    #[getter]
+    fn cache(&self) -> &str {
+        self.inner.summary.cache
+    }
+
+    /// The compile summary line.
+    #[getter]
+    fn summary(&self) -> String {
+        self.inner.summary.line()
+    }
+
+    #[getter]
+    fn compile_seconds(&self) -> f64 {
+        self.inner.summary.compile_seconds
+    }
+
+    /// Seconds spent importing, in passes and emitting StableHLO.
+    #[getter]
+    fn lower_seconds(&self) -> (f64, f64, f64) {
+        let t = &self.inner.timings;
+        (t.import.as_secs_f64(), t.passes.iter().fold(0.0, |acc, p| acc + p.1.as_secs_f64()), t.emit.as_secs_f64())
+    }
+
+    #[getter]
+    fn can_run(&self) -> bool {
+        self.inner.can_run()
+    }
+
+    #[getter]
+    fn serialized<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.serialized)
+    }
+
+    /// Uploads weight argument `arg` from `nbytes` bytes at address `ptr` (dense, row-major);
+    /// the value stays on the device until the next `set_weight` of that argument.
+    fn set_weight(&mut self, py: Python<'_>, arg: usize, ptr: usize, nbytes: usize) -> PyResult<()> {
+        guard(py, "Program.set_weight", || {
+            // SAFETY: the Python caller passes the address and size of a live contiguous tensor
+            // that it holds for the duration of the call.
+            let bytes = unsafe { borrowed(ptr, nbytes) };
+            let name = self.inner.name.clone();
+            self.inner.set_weight(arg, bytes).map_err(|e| exec_error(py, e, &name))
+        })
+    }
+
+    /// True when weight `arg` has a resident value.
+    fn has_weight(&self, arg: usize) -> bool {
+        self.inner.has_weight(arg)
+    }
+
+    /// Runs with the user inputs given as addresses and byte sizes of contiguous host memory
+    /// (which the caller keeps alive and unmodified during the call). Returns one HostBuffer
+    /// per result.
+    fn run(&self, py: Python<'_>, ptrs: Vec<usize>, sizes: Vec<usize>) -> PyResult<Vec<HostBuffer>> {
+        guard(py, "Program.run", || {
+            let t0 = std::time::Instant::now();
+            if ptrs.len() != sizes.len() {
+                return Err(tpuc_error(py, "tpuc: run: ptrs and sizes differ in length".into(), "internal", None, None));
+            }
+            // SAFETY: as documented on this method.
+            let inputs: Vec<&[u8]> = ptrs.iter().zip(&sizes).map(|(&p, &n)| unsafe { borrowed(p, n) }).collect();
+            let inner = &self.inner;
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run(&inputs))));
+            let (outputs, times) = match result {
+                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.execute_ns.fetch_add(times.execute.as_nanos() as u64, Ordering::Relaxed);
+            self.upload_ns.fetch_add(times.upload.as_nanos() as u64, Ordering::Relaxed);
+            self.download_ns.fetch_add(times.download.as_nanos() as u64, Ordering::Relaxed);
+            let out = outputs.into_iter().map(|data| HostBuffer { data }).collect();
+            self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Ok(out)
+        })
+    }
+
+    /// Counters since compile: calls, and total nanoseconds in run, upload, execute, download.
+    fn run_stats(&self) -> (u64, u64, u64, u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.run_ns.load(Ordering::Relaxed),
+            self.upload_ns.load(Ordering::Relaxed),
+            self.execute_ns.load(Ordering::Relaxed),
+            self.download_ns.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Every FX target the importer lowers, sorted (`torch.ops.aten.add.Tensor`, `_operator.mul`, ...).
+#[pyfunction]
+fn supported_targets(py: Python<'_>) -> PyResult<Vec<String>> {
+    guard(py, "supported_targets", || Ok(tpuc_frontend_fx::supported_targets()))
+}
+
+/// One line per discovered PJRT plugin.
+#[pyfunction]
+fn plugins(py: Python<'_>) -> PyResult<Vec<String>> {
+    guard(py, "plugins", || Ok(py.detach(tpuc_driver::exec::describe_plugins)))
+}
+
+/// Panics on purpose: tests check that a panic becomes a TpucError.
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
+}
+
+#[pymodule]
+fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Program>()?;
+    m.add_class::<HostBuffer>()?;
+    m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(plugins, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+"""tpuc: PyTorch graphs to StableHLO and XLA executables through PJRT plugins.
+
+    model = torch.compile(model, backend="tpuc")            # no `import tpuc` needed
+    model = torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": "dump"})
+
+See `tpuc.options` for the options and their `TPUC_*` environment variables.
+"""
+
+from ._torch_version import SUPPORTED_TORCH, check_torch_version
+from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
+from .options import Options
+from .stats import reset_stats, stats
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The backend pulls in torch's compile machinery: import it on first use.
+    if name == "tpuc_backend":
+        from .backend import tpuc_backend
+
+        return tpuc_backend
+    if name == "supported_targets":
+        from .backend import supported_targets
+
+        return supported_targets
+    raise AttributeError(f"module 'tpuc' has no attribute {name!r}")
+
+
+__all__ = [
+    "SUPPORTED_TORCH",
+    "Options",
+    "TpucError",
+    "TpucFallbackWarning",
+    "TpucUnsupportedError",
+    "check_torch_version",
+    "reset_stats",
+    "stats",
+    "tpuc_backend",
+    "supported_targets",
+]

@@ -1,0 +1,316 @@
+"""The Dynamo backend: `torch.compile(model, backend="tpuc", options={...})`.
+
+  Dynamo FX graph
+    └─ aot_autograd (core ATen decompositions; SDPA traced with the math backend)
+         ├─ forward / inference graph ─┐
+         └─ backward graph ────────────┴─ compile_graph:
+              static shapes ─► every op supported? ─► CompiledGraph (one tpuc program)
+                                 └─ no ─► strict: TpucUnsupportedError
+                                          else: split (CapabilityBasedPartitioner): supported
+                                          regions become CompiledGraphs, the rest runs eagerly,
+                                          one warning naming the ops and their source lines
+              symbolic shapes ─► ShapeSpecialized: retraced and compiled once per concrete shape
+
+aot_autograd itself writes mutated buffers back (batch-norm running stats) from the outputs the
+compiled forward returns, and wires the backward into autograd.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+import torch.fx
+
+from ._torch_version import check_torch_version
+from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
+from .options import Options
+from .serialize import is_getitem, target_name
+from .stats import STATS
+
+log = logging.getLogger("tpuc")
+_graph_ids = itertools.count()
+_warned: set[tuple[str, str | None]] = set()
+_supported: frozenset[str] | None = None
+
+# Ops that only reshape or alias: a partition of these alone is not worth a compile.
+NON_COMPUTE_OPS = [
+    f"torch.ops.aten.{op}"
+    for op in (
+        "view.default", "_unsafe_view.default", "reshape.default", "permute.default", "t.default",
+        "transpose.int", "expand.default", "unsqueeze.default", "squeeze.dim", "squeeze.dims",
+        "alias.default", "clone.default", "slice.Tensor", "select.int", "detach.default",
+    )
+] + ["_operator.getitem"]
+
+
+def supported_targets() -> frozenset[str]:
+    """The FX targets tpuc lowers (from the Rust frontend's op registry)."""
+    global _supported
+    if _supported is None:
+        from . import _C
+
+        _supported = frozenset(_C.supported_targets())
+    return _supported
+
+
+def _configure_logging(opts: Options) -> None:
+    if opts.debug and not any(getattr(h, "_tpuc", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("tpuc: %(message)s"))
+        h._tpuc = True  # type: ignore[attr-defined]
+        log.addHandler(h)
+        log.setLevel(logging.DEBUG)
+
+
+def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, Any] | None = None, **kwargs):
+    """The Dynamo backend registered as "tpuc" (entry point `torch_dynamo_backends`)."""
+    check_torch_version()
+    # The XLA CPU plugin logs an INFO line for every client option through TSL logging.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    opts = Options.resolve(options)
+    _configure_logging(opts)
+    opts.apply_cache_env()
+    if kwargs.get("mode") not in (None, "default"):
+        log.debug("mode=%r is ignored by tpuc", kwargs["mode"])
+    STATS["dynamo_graphs"] += 1
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gid = next(_graph_ids)
+    state = _Backend(opts, f"g{gid}")
+    aot = aot_autograd(
+        fw_compiler=lambda g, ex: state.compile(g, ex, "forward"),
+        bw_compiler=lambda g, ex: state.compile(g, ex, "backward"),
+        inference_compiler=lambda g, ex: state.compile(g, ex, "inference"),
+        decompositions=core_aten_decompositions(),
+    )
+    # The CPU flash-attention path's core decomposition returns the attention weights where
+    # the logsumexp belongs, which makes the backward's q/k/v gradients wrong (torch 2.15);
+    # the math backend traces SDPA as primitive ops with correct gradients.
+    start = time.perf_counter()
+    with sdpa_kernel(SDPBackend.MATH):
+        compiled = aot(gm, example_inputs)
+    log.debug("%s: Dynamo graph of %d nodes through aot_autograd and tpuc in %.1f ms", state.name,
+              len(gm.graph.nodes), (time.perf_counter() - start) * 1e3)
+    return compiled
+
+
+def _eager(gm: torch.fx.GraphModule):
+    def run(args):
+        return gm(*args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            return True
+        if isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape):
+            return True
+    return False
+
+
+class _Backend:
+    """Compiles the aot graphs of one Dynamo graph."""
+
+    def __init__(self, opts: Options, name: str):
+        self.opts = opts
+        self.name = name
+
+    def compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
+        STATS["aot_graphs"] += 1
+        static: set[int] = set()
+        buffers: set[int] = set()
+        if kind != "backward":
+            ctx = torch._guards.TracingContext.try_get()
+            meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+            if meta is not None:
+                static = set(meta.static_input_indices)
+                buffers = {i for i, info in enumerate(meta.input_info) if info.mutates_data} & static
+        name = f"{self.name}_{kind}"
+        if _is_symbolic(gm):
+            return ShapeSpecialized(self, gm, name, static, buffers)
+        return self.build(gm, name, static, buffers)
+
+    def build(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):
+        """A boxed callable running `gm` (static shapes) through tpuc, split if needed."""
+        from .graph import CompiledGraph
+
+        supported = supported_targets()
+        unsupported = {
+            n.name
+            for n in gm.graph.nodes
+            if n.op == "call_function" and not is_getitem(n) and target_name(n.target) not in supported
+        }
+        by_name = {n.name: n for n in gm.graph.nodes}
+        for _ in range(32):
+            if unsupported and self.opts.strict:
+                raise TpucUnsupportedError(_unsupported_message(gm, unsupported, name, strict=True),
+                                           kind="unsupported_op", graph=name,
+                                           **_first_node_fields(by_name, unsupported))
+            try:
+                if not unsupported:
+                    compiled = CompiledGraph(gm, name, static, buffers, self.opts)
+                    if not compiled.can_run:
+                        self._warn_cannot_run(compiled)
+                        return _eager(gm)
+                    return compiled
+                return self._split(gm, name, static, buffers, unsupported)
+            except TpucError as e:
+                # An op the registry knows but cannot lower with these arguments: run that node
+                # eagerly too (in strict mode, raise).
+                if e.kind in ("unsupported_op", "op", "lowering") and e.node in by_name and e.node not in unsupported:
+                    if self.opts.strict:
+                        raise
+                    unsupported.add(e.node)
+                    continue
+                raise
+        raise TpucError(f"tpuc: {name}: gave up splitting the graph", kind="internal", graph=name)
+
+    def _split(self, gm, name, static, buffers, unsupported: set[str]):
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+
+        from .graph import CompiledGraph, GraphModuleWrapper, copy_graph_module
+
+        class Support(OperatorSupportBase):
+            def is_node_supported(self, submodules, node) -> bool:
+                return node.op == "call_function" and node.name not in unsupported
+
+        work = copy_graph_module(gm)
+        placeholders = {n.name: i for i, n in enumerate(n for n in work.graph.nodes if n.op == "placeholder")}
+        partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=False,
+                                                 non_compute_ops=NON_COMPUTE_OPS)
+        partitions = partitioner.propose_partitions()
+        fused = partitioner.fuse_partitions(partitions, prefix="tpuc_part_")
+        compiled_parts = 0
+        for node in list(fused.graph.nodes):
+            if node.op != "call_module" or not str(node.target).startswith("tpuc_part_"):
+                continue
+            sub = fused.get_submodule(node.target)
+            sub_static, sub_buffers = set(), set()
+            sub_placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
+            for i, (p, a) in enumerate(zip(sub_placeholders, node.args)):
+                if isinstance(a, torch.fx.Node):
+                    if "val" in a.meta:
+                        p.meta["val"] = a.meta["val"]
+                    if a.op == "placeholder" and placeholders.get(a.name) in static:
+                        sub_static.add(i)
+                        if placeholders[a.name] in buffers:
+                            sub_buffers.add(i)
+            compiled = CompiledGraph(sub, f"{name}_part{compiled_parts}", sub_static, sub_buffers, self.opts)
+            if not compiled.can_run:
+                self._warn_cannot_run(compiled)
+                continue
+            setattr(fused, node.target, GraphModuleWrapper(compiled))
+            compiled_parts += 1
+        fused.recompile()
+        STATS["fallback_graphs"] += 1
+        STATS["eager_ops"] += len(unsupported)
+        new = {(by.target_name, by.source) for by in _describe(gm, unsupported)} - _warned
+        if new:
+            _warned.update(new)
+            warnings.warn(_unsupported_message(gm, unsupported, name, strict=False, parts=compiled_parts),
+                          TpucFallbackWarning, stacklevel=2)
+        return _eager(fused)
+
+    def _warn_cannot_run(self, compiled) -> None:
+        key = ("cannot-run", compiled.name)
+        if key in _warned:
+            return
+        _warned.add(key)
+        p = compiled.program
+        warnings.warn(
+            f"tpuc: {compiled.name}: {p.summary}. This host cannot run it, so the graph runs in eager "
+            "PyTorch here (the executable is in the cache and, with dump_dir, on disk)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+class _Described:
+    def __init__(self, node: torch.fx.Node):
+        self.node = node.name
+        self.target_name = target_name(node.target).removeprefix("torch.ops.")
+        self.source = node_source(node)
+
+
+def _describe(gm, names: set[str]) -> list[_Described]:
+    return [_Described(n) for n in gm.graph.nodes if n.name in names]
+
+
+def _first_node_fields(by_name, names: set[str]) -> dict:
+    for n in by_name.values():
+        if n.name in names:
+            d = _Described(n)
+            return {"node": d.node, "target": d.target_name, "source": d.source}
+    return {}
+
+
+def _unsupported_message(gm, names: set[str], graph: str, strict: bool, parts: int = 0) -> str:
+    ds = _describe(gm, names)
+    by_op: dict[str, list[_Described]] = {}
+    for d in ds:
+        by_op.setdefault(d.target_name, []).append(d)
+    lines = []
+    for op, items in sorted(by_op.items()):
+        where = "; ".join(f"node `{d.node}`" + (f" at {d.source}" if d.source else "") for d in items[:4])
+        more = f" (+{len(items) - 4} more)" if len(items) > 4 else ""
+        lines.append(f"  {op}: {where}{more}")
+    if strict:
+        head = (f"tpuc: {graph}: {len(ds)} node(s) use ops tpuc cannot compile, and strict mode is on "
+                "(strict=True / TPUC_STRICT=1); without it they would run in eager PyTorch:")
+    else:
+        head = (f"tpuc: {graph}: {len(ds)} node(s) use ops tpuc cannot compile; they run in eager PyTorch "
+                f"and the rest of the graph in {parts} compiled part(s) (strict=True / TPUC_STRICT=1 "
+                "raises instead):")
+    return head + "\n" + "\n".join(lines)
+
+
+class ShapeSpecialized:
+    """A graph with symbolic shapes, compiled once per concrete input shape: on a new shape the
+    graph is retraced with make_fx on the real inputs (static shapes; node stack traces kept)
+    and built like any static graph."""
+
+    def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):
+        self._boxed_call = True  # an instance attribute: see CompiledGraph
+        self.backend = backend
+        self.gm = gm
+        self.name = name
+        self.static = static
+        self.buffers = buffers
+        self.cache: dict[tuple, Any] = {}
+
+    def __call__(self, args):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = self.cache.get(key)
+        if fn is None:
+            fn = self.backend.build(self._retrace(args), f"{self.name}_s{len(self.cache)}", self.static, self.buffers)
+            self.cache[key] = fn
+            STATS["specializations"] += 1
+        return fn(args)
+
+    def _retrace(self, args) -> torch.fx.GraphModule:
+        import torch.fx.traceback as fx_traceback
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        interp = torch.fx.Interpreter(self.gm)
+
+        def run(*a):
+            return interp.run(*a)
+
+        with fx_traceback.preserve_node_meta(), torch.no_grad():
+            return make_fx(run, tracing_mode="fake")(*args)

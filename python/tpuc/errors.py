@@ -1,0 +1,52 @@
+"""Exceptions and warnings the backend raises. Errors about one FX node name it, its op and the
+user's source line."""
+
+from __future__ import annotations
+
+import re
+
+
+class TpucError(RuntimeError):
+    """A tpuc failure. `node`, `target` and `source` name the FX node, its op and the user's
+    source line (`model.py:12 in forward`) when the error concerns one node; `kind` says what
+    failed (`unsupported_op`, `op`, `lowering`, `plugin`, `internal`, ...)."""
+
+    def __init__(self, message: str, kind: str = "other", node: str | None = None,
+                 target: str | None = None, source: str | None = None, graph: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.node = node
+        self.target = target
+        self.source = source
+        self.graph = graph
+
+
+class TpucUnsupportedError(TpucError):
+    """The graph has ops tpuc cannot compile and `strict` is on."""
+
+
+class TpucFallbackWarning(UserWarning):
+    """Some ops of a graph run in eager PyTorch because tpuc cannot compile them."""
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def user_frame(stack_trace: str | None) -> str | None:
+    """The innermost frame of an FX stack trace outside torch, as `file.py:LINE in func` (the
+    same rule the Rust importer uses)."""
+    if not stack_trace:
+        return None
+    frames = _FRAME.findall(stack_trace)
+    if not frames:
+        return None
+
+    def in_torch(path: str) -> bool:
+        return any(s in path for s in ("/site-packages/torch/", "/dist-packages/torch/", "/torch/nn/", "/torch/_"))
+
+    pick = next((f for f in reversed(frames) if not in_torch(f[0])), frames[-1])
+    return f"{pick[0].rsplit('/', 1)[-1]}:{pick[1]} in {pick[2]}"
+
+
+def node_source(node) -> str | None:
+    return user_frame(node.meta.get("stack_trace"))

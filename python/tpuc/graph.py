@@ -1,0 +1,206 @@
+"""One FX graph compiled by tpuc, callable by aot_autograd (boxed calling convention).
+
+Per call:
+  weights   for each parameter/buffer/constant argument, re-upload only if the tensor object,
+            its version counter or its storage address changed since the last upload
+  inputs    contiguous CPU tensors are passed to Rust as (address, byte size) and read in place
+  outputs   Rust-owned result bytes wrapped by torch.frombuffer (no copy), viewed with the
+            graph's dtype and shape; re-strided when the graph's output is not contiguous
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+
+import torch
+import torch.fx
+
+from . import _C
+from .errors import TpucError
+from .options import Options
+from .serialize import graph_to_json, lift_tensor_constants
+from .stats import STATS
+
+log = logging.getLogger("tpuc")
+
+_DTYPES = {
+    name: getattr(torch, name)
+    for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32", "float64",
+        "complex64", "complex128",
+    )
+    if hasattr(torch, name)
+}
+
+
+_LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
+
+
+def compiled_graphs() -> list["CompiledGraph"]:
+    """The CompiledGraphs alive in this process (for benchmarks and debugging)."""
+    return sorted(_LIVE, key=lambda g: g.name)
+
+
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A new GraphModule over a copy of gm's graph (node meta copied shallowly), sharing
+    gm's attributes."""
+    g = torch.fx.Graph()
+    out = g.graph_copy(gm.graph, {})
+    g.output(out)
+    return torch.fx.GraphModule(gm, g)
+
+
+class CompiledGraph:
+    """`gm` compiled as one tpuc program. `static` lists the placeholders that are parameters or
+    buffers (kept resident on the device), `buffers` those of them the graph mutates."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
+                 opts: Options):
+        # aot_autograd calls `f(args)` when f has `_boxed_call`; an instance attribute, because
+        # the backward's `disable()` wrapper copies the instance's __dict__, not class attributes.
+        self._boxed_call = True
+        self.name = name
+        gm = copy_graph_module(gm)
+        constants = lift_tensor_constants(gm)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        n_args = len(placeholders) - len(constants)
+        kinds = []
+        for i, p in enumerate(placeholders):
+            if i >= n_args:
+                kinds.append("tensor_constant")
+            elif i in static and isinstance(p.meta.get("val"), torch.Tensor):
+                kinds.append("buffer" if i in buffers else "parameter")
+            else:
+                kinds.append("user_input")
+        self.num_args = n_args
+        self.constants = {n_args + k: t for k, (_, t) in enumerate(constants)}
+
+        t0 = time.perf_counter()
+        program_json = graph_to_json(gm, kinds)
+        t_ser = time.perf_counter() - t0
+        if opts.dump_dir:
+            d = os.path.join(opts.dump_dir, name)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "graph.json"), "wb") as f:
+                f.write(program_json)
+            with open(os.path.join(d, "fx_graph.py"), "w") as f:
+                f.write(gm.print_readable(print_output=False))
+        self.program = _C.Program.compile(
+            program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
+            dump_dir=opts.dump_dir, verify_each=opts.verify_each,
+        )
+        STATS["compiles"] += 1
+        STATS[f"cache_{self.program.cache}"] += 1
+        imp, passes, emit = self.program.lower_seconds
+        log.debug(
+            "compiled %s (%d nodes, %d inputs of which %d resident) for %s in %.1f ms: serialize %.1f ms, "
+            "import %.1f ms, passes %.1f ms, emit %.1f ms, XLA compile %.1f ms; cache=%s",
+            name, len(gm.graph.nodes), n_args, sum(k != "user_input" for k in kinds), opts.target,
+            (time.perf_counter() - t0) * 1e3, t_ser * 1e3, imp * 1e3, passes * 1e3, emit * 1e3,
+            self.program.compile_seconds * 1e3, self.program.cache,
+        )
+        self.can_run = self.program.can_run
+        # Time spent in __call__ (for benchmarks: what tpuc adds around the PJRT calls).
+        self.calls = 0
+        self.call_ns = 0
+        _LIVE.add(self)
+
+        # ---- the call plan
+        arg_to_ph = {}
+        for ph, slot in enumerate(self.program.input_slots):
+            if isinstance(slot, int):
+                arg_to_ph[slot] = ph
+        args = self.program.args
+        for ai, (aname, akind, *_rest) in enumerate(args):
+            if akind == "symint":
+                raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
+                                kind="dynamic_shape", graph=name)
+        self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
+        self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
+        self.user_plan = [arg_to_ph[ai] for ai in self.program.user_args]
+        out = gm.graph.output_node().args[0]
+        self.returns_sequence = isinstance(out, (list, tuple))
+        out_nodes = list(out) if self.returns_sequence else [out]
+        results = self.program.results
+        plan = []
+        for k, slot in enumerate(self.program.output_slots):
+            if slot[0] == "result":
+                dt, dims, nbytes = results[slot[1]]
+                stride = None
+                v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
+                if isinstance(v, torch.Tensor) and v.dim() > 1 and not v.is_contiguous():
+                    try:
+                        stride = tuple(int(s) for s in v.stride())
+                    except Exception:  # symbolic strides: keep contiguous
+                        stride = None
+                plan.append((slot[1], _DTYPES[dt], tuple(dims), nbytes, stride))
+            elif slot[0] == "const":
+                plan.append((None, slot[1]))
+            else:
+                raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot[1]}: graphs are compiled per shape",
+                                kind="dynamic_shape", graph=name)
+        self.out_plan = plan
+
+    def _upload(self, j: int, ai: int, t: torch.Tensor) -> None:
+        src = t.detach()
+        if src.device.type != "cpu":
+            src = src.cpu()
+        if not src.is_contiguous():
+            src = src.contiguous()
+        self.program.set_weight(ai, src.data_ptr(), src.nbytes)
+        self.weight_state[j] = (weakref.ref(t), t._version, t.data_ptr())
+        STATS["weight_uploads"] += 1
+
+    def __call__(self, args):
+        t0 = time.perf_counter_ns()
+        consts = self.constants
+        for j, (ph, ai) in enumerate(self.weight_plan):
+            t = args[ph] if ph < self.num_args else consts[ph]
+            st = self.weight_state[j]
+            if st is None or st[0]() is not t or st[1] != t._version or st[2] != t.data_ptr():
+                self._upload(j, ai, t)
+        ptrs = []
+        sizes = []
+        keep = []
+        for ph in self.user_plan:
+            t = args[ph]
+            if not t.is_contiguous() or t.device.type != "cpu":
+                t = t.detach().cpu().contiguous()
+                keep.append(t)
+            ptrs.append(t.data_ptr())
+            sizes.append(t.nbytes)
+        bufs = self.program.run(ptrs, sizes)
+        outs = []
+        for p in self.out_plan:
+            ri = p[0]
+            if ri is None:
+                outs.append(p[1])
+                continue
+            _, dtype, shape, nbytes, stride = p
+            if nbytes == 0:
+                t = torch.empty(shape, dtype=dtype)
+            else:
+                t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
+            if stride is not None:
+                t = torch.empty_strided(shape, stride, dtype=dtype).copy_(t)
+            outs.append(t)
+        del keep
+        self.calls += 1
+        self.call_ns += time.perf_counter_ns() - t0
+        return outs
+
+
+class GraphModuleWrapper(torch.nn.Module):
+    """A CompiledGraph as a submodule of a partitioned FX graph."""
+
+    def __init__(self, compiled: CompiledGraph):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args):
+        outs = self.compiled(list(args))
+        return tuple(outs) if self.compiled.returns_sequence else outs[0]

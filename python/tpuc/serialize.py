@@ -1,0 +1,144 @@
+"""An aot_autograd FX graph as torch.export schema JSON, in memory.
+
+The graph is written unchanged (same nodes, names and targets) by torch's own graph serializer,
+with a signature that says which placeholders are parameters, buffers or lifted constants (the
+driver keeps those resident on the device) and which are user inputs. Node metadata is cut to
+what the importer reads (`val` for tensor types, `stack_trace` for source lines) while the
+serializer runs; Dynamo's other metadata (nn_module_stack with class objects, from_node) is
+slow to write and partly rejected by the serializer.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+from torch._export.serde import schema as S
+from torch._export.serde import serialize as _serde
+from torch.export.graph_signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    SymIntArgument,
+    TensorArgument,
+)
+
+_KIND = {
+    "user_input": InputKind.USER_INPUT,
+    "parameter": InputKind.PARAMETER,
+    "buffer": InputKind.BUFFER,
+    "tensor_constant": InputKind.CONSTANT_TENSOR,
+}
+
+_KEEP_META = ("val", "stack_trace")
+
+
+def target_name(target) -> str:
+    """The FX target as the serializer writes it (`torch.ops.aten.add.Tensor`, `_operator.mul`),
+    the names `tpuc._C.supported_targets()` lists."""
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", "") or ""
+    if module.startswith("torch._ops"):
+        return f"{module.replace('torch._ops', 'torch.ops')}.{target.__name__}"
+    return f"{module}.{getattr(target, '__name__', str(target))}"
+
+
+def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_targets: list[str] | None = None) -> bytes:
+    """Serializes `gm`. `input_kinds[i]` is the kind of placeholder i (`user_input`, `parameter`,
+    `buffer`, `tensor_constant`); `input_targets[i]` names a weight (default: the placeholder).
+    Every node needs `meta["val"]` (aot_autograd and make_fx graphs have it)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(input_kinds) != len(placeholders):
+        raise ValueError(f"{len(input_kinds)} input kinds for {len(placeholders)} placeholders")
+    input_specs = []
+    for i, (n, kind) in enumerate(zip(placeholders, input_kinds)):
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            arg = TensorArgument(name=n.name)
+        elif isinstance(v, torch.SymInt):
+            arg = SymIntArgument(name=n.name)
+            kind = "user_input"
+        else:
+            arg = ConstantArgument(name=n.name, value=v)
+            kind = "user_input"
+        target = None
+        if kind != "user_input":
+            target = input_targets[i] if input_targets else n.name
+        input_specs.append(InputSpec(kind=_KIND[kind], arg=arg, target=target,
+                                     persistent=True if kind == "buffer" else None))
+    output_specs = []
+    out = gm.graph.output_node().args[0]
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    for o in outs:
+        if isinstance(o, torch.fx.Node):
+            v = o.meta.get("val")
+            arg = SymIntArgument(name=o.name) if isinstance(v, torch.SymInt) else TensorArgument(name=o.name)
+        else:
+            arg = ConstantArgument(name="", value=o)
+        output_specs.append(OutputSpec(kind=OutputKind.USER_OUTPUT, arg=arg, target=None))
+    signature = ExportGraphSignature(input_specs=input_specs, output_specs=output_specs)
+
+    saved = {}
+    try:
+        for n in gm.graph.nodes:
+            saved[n] = n.meta
+            n.meta = {k: n.meta[k] for k in _KEEP_META if k in n.meta}
+        serialized = _serde.GraphModuleSerializer(signature, []).serialize(gm)
+    finally:
+        for n, meta in saved.items():
+            n.meta = meta
+    program = S.ExportedProgram(
+        graph_module=serialized,
+        opset_version={"aten": torch._C._get_max_operator_version()},
+        range_constraints={},
+        schema_version=S.SchemaVersion(major=_serde.SCHEMA_VERSION[0], minor=_serde.SCHEMA_VERSION[1]),
+        verifiers=[],
+        torch_version=torch.__version__,
+        guards_code=[],
+    )
+    return _serde._to_json_bytes(program)
+
+
+def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
+    """Turns every `get_attr` of a tensor into a new placeholder after the existing ones (the
+    serializer writes no get_attr nodes). Returns (placeholder name, tensor) in order."""
+    lifted = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    anchor = placeholders[-1] if placeholders else None
+    for n in list(gm.graph.nodes):
+        if n.op != "get_attr":
+            continue
+        value = _getattr_path(gm, n.target)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if anchor is None:
+            ctx = gm.graph.inserting_before(next(iter(gm.graph.nodes)))
+        else:
+            ctx = gm.graph.inserting_after(anchor)
+        with ctx:
+            p = gm.graph.placeholder(f"c_{n.name}")
+        p.meta = dict(n.meta)
+        if "val" not in p.meta:
+            p.meta["val"] = value
+        n.replace_all_uses_with(p)
+        gm.graph.erase_node(n)
+        anchor = p
+        lifted.append((p.name, value))
+    if lifted:
+        gm.recompile()
+    return lifted
+
+
+def _getattr_path(obj, target: str):
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def is_getitem(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
