@@ -348,10 +348,12 @@ pub fn user_frame(stack_trace: &str) -> Option<String> {
             .map(|s| s.chars().take_while(char::is_ascii_digit).collect::<String>())
             .unwrap_or_default();
         let func = tail.split(", in ").nth(1).unwrap_or("").trim();
-        let in_torch = path.contains("/site-packages/torch/")
-            || path.contains("/dist-packages/torch/")
-            || path.contains("/torch/nn/")
-            || path.contains("/torch/_");
+        // Paths may be absolute or relative to site-packages (`torch/nn/modules/linear.py`).
+        let rooted = format!("/{path}");
+        let in_torch = rooted.contains("/site-packages/torch/")
+            || rooted.contains("/dist-packages/torch/")
+            || rooted.contains("/torch/nn/")
+            || rooted.contains("/torch/_");
         frames.push((path, lineno, func, in_torch));
     }
     let pick = frames.iter().rev().find(|f| !f.3).or_else(|| frames.last())?;
@@ -370,8 +372,11 @@ mod tests {
 
     #[test]
     fn frames() {
-        let st = "File \"/work/main/tests/fixtures/make_fixtures.py\", line 72, in forward\n    return self.fc2(x)\n  File \"/x/.venv/lib/python3.11/site-packages/torch/nn/modules/linear.py\", line 134, in forward\n    return F.linear(input, self.weight, self.bias)";
+        let st = "File \"/home/user/proj/make_fixtures.py\", line 72, in forward\n    return self.fc2(x)\n  File \"/x/.venv/lib/python3.11/site-packages/torch/nn/modules/linear.py\", line 134, in forward\n    return F.linear(input, self.weight, self.bias)";
         assert_eq!(user_frame(st).as_deref(), Some("make_fixtures.py:72 in forward"));
+        // Relative paths, as the fixtures record them.
+        let rel = "File \"tests/fixtures/make_fixtures.py\", line 72, in forward\n  File \"torch/nn/modules/linear.py\", line 134, in forward";
+        assert_eq!(user_frame(rel).as_deref(), Some("make_fixtures.py:72 in forward"));
         assert_eq!(user_frame("garbage"), None);
     }
 

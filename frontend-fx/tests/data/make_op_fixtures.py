@@ -10,7 +10,7 @@ manifest.json lists them in the format of tests/fixtures/manifest.json.
 Archives are rewritten with deflate compression and without data/sample_inputs to keep the
 folder small (this also exercises the importer's compressed-entry path).
 
-Usage: /work/main/.venv/bin/python make_op_fixtures.py [--out DIR] (default: this folder).
+Usage: .venv/bin/python make_op_fixtures.py [--out DIR] (default: this folder).
 Reruns give identical files; add new cases at the end so earlier inputs keep their seeds.
 Needs torch 2.15; reuses tests/fixtures/make_fixtures.py for the training capture.
 """
