@@ -24,18 +24,23 @@ fn bench_pipeline(c: &mut Criterion) {
             "{} is missing: run scripts/bench.sh (it exports the benchmark models first)",
             path.display()
         );
-        let options = LowerOptions::default();
-        // One run outside the timer so failures show up as errors, not as a bench number.
-        let lowered = tpuc_driver::compile_file(&path, &options, Emit::StableHlo).expect("pipeline failed");
-        let ops = lowered.module.num_live_ops();
-        let bytes = lowered.stablehlo.as_ref().map_or(0, |s| s.len());
-        eprintln!("{name}: {ops} IR ops, {bytes} bytes of StableHLO");
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                let l = tpuc_driver::compile_file(black_box(&path), &options, Emit::StableHlo).unwrap();
-                black_box(l.stablehlo.map(|s| s.len()))
-            })
-        });
+        // Import → StableHLO with no passes, and with the default CPU pipeline.
+        for (variant, options) in [
+            ("no-passes", LowerOptions { passes: Some(Vec::new()), ..Default::default() }),
+            ("default-pipeline", LowerOptions::default()),
+        ] {
+            // One run outside the timer so failures show up as errors, not as a bench number.
+            let lowered = tpuc_driver::compile_file(&path, &options, Emit::StableHlo).expect("pipeline failed");
+            let ops = lowered.module.num_live_ops();
+            let bytes = lowered.stablehlo.as_ref().map_or(0, |s| s.len());
+            eprintln!("{name} ({variant}): {ops} IR ops, {bytes} bytes of StableHLO");
+            group.bench_function(format!("{name}/{variant}"), |b| {
+                b.iter(|| {
+                    let l = tpuc_driver::compile_file(black_box(&path), &options, Emit::StableHlo).unwrap();
+                    black_box(l.stablehlo.map(|s| s.len()))
+                })
+            });
+        }
         group.bench_function(format!("{name}/import-only"), |b| {
             b.iter(|| black_box(tpuc_driver::import(black_box(&path)).unwrap().module.num_live_ops()))
         });
