@@ -634,15 +634,7 @@ impl<'c> Runner<'c> {
         for (_, t) in inputs {
             uploaded.push(client.buffer_from_host(&t.bytes, element_type(t.dtype), &t.dims, None)?);
         }
-        let mut next = uploaded.iter();
-        let args: Vec<&rt::Buffer> = self
-            .resident
-            .iter()
-            .map(|slot| match slot {
-                Some(b) => b,
-                None => next.next().expect("one upload per user input"),
-            })
-            .collect();
+        let args = argument_list(&self.resident, &uploaded);
         times.upload = t1.elapsed();
         let t2 = Instant::now();
         let outputs = self.loaded.execute(&args)?;
@@ -657,6 +649,19 @@ impl<'c> Runner<'c> {
         times.download = t3.elapsed();
         Ok((host, times))
     }
+}
+
+/// The arguments of one execute, in order: the resident weights in their slots and the
+/// freshly uploaded user inputs, in order, in the others.
+pub(crate) fn argument_list<'a>(resident: &'a [Option<rt::Buffer>], uploaded: &'a [rt::Buffer]) -> Vec<&'a rt::Buffer> {
+    let mut next = uploaded.iter();
+    resident
+        .iter()
+        .map(|slot| match slot {
+            Some(b) => b,
+            None => next.next().expect("one upload per user input"),
+        })
+        .collect()
 }
 
 /// Compiles-then-runs convenience: weights from `weights`, user inputs from `inputs`.

@@ -15,7 +15,7 @@
 //! size per argument) before anything reaches PJRT; errors that concern one FX node carry it
 //! ([`error_node`]).
 
-use crate::exec::{self, CompileRequest, CompileSummary, ExecError, RunTimes, Target};
+use crate::exec::{self, argument_list, CompileRequest, CompileSummary, ExecError, RunTimes, Target};
 use crate::{DriverError, Emit, LowerOptions, Timings};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -307,15 +307,7 @@ impl Program {
         for (&arg, bytes) in self.user_args.iter().zip(inputs) {
             uploaded.push(self.upload(arg, bytes)?);
         }
-        let mut next = uploaded.iter();
-        let args: Vec<&rt::Buffer> = self
-            .resident
-            .iter()
-            .map(|slot| match slot {
-                Some(b) => b,
-                None => next.next().expect("one upload per user input"),
-            })
-            .collect();
+        let args = argument_list(&self.resident, &uploaded);
         times.upload = t1.elapsed();
         let t2 = Instant::now();
         let outputs = loaded.execute(&args)?;
