@@ -366,6 +366,26 @@ fn plugins(py: Python<'_>) -> PyResult<Vec<String>> {
 }
 
 /// Panics on purpose: tests check that a panic becomes a TpucError.
+/// The executable cache's figures as JSON: this process's hits and misses per tier, the host's
+/// totals over every process using the same tier-2 cache, and each tier's state and size.
+#[pyfunction]
+fn cache_stats(py: Python<'_>) -> PyResult<String> {
+    guard(py, "cache_stats", || {
+        let r = py.detach(|| tpuc_driver::session::cache().stats());
+        let tiers: Vec<serde_json::Value> = r
+            .tiers
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "tier": t.tier as u32, "enabled": t.enabled, "detail": t.detail,
+                    "entries": t.entries, "bytes": t.bytes, "budget": t.budget,
+                })
+            })
+            .collect();
+        Ok(serde_json::json!({ "process": r.process, "host": r.host, "tiers": tiers }).to_string())
+    })
+}
+
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
@@ -378,6 +398,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HostBuffer>()?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
     m.add_function(wrap_pyfunction!(plugins, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

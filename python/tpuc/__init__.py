@@ -9,7 +9,7 @@ See `tpuc.options` for the options and their `TPUC_*` environment variables.
 from ._torch_version import SUPPORTED_TORCH, check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
 from .options import Options
-from .stats import reset_stats, stats
+from .stats import cache_stats, reset_stats, stats
 
 __version__ = "0.1.0"
 
@@ -34,6 +34,7 @@ __all__ = [
     "TpucFallbackWarning",
     "TpucUnsupportedError",
     "check_torch_version",
+    "cache_stats",
     "reset_stats",
     "stats",
     "tpuc_backend",

@@ -16,3 +16,15 @@ def stats() -> dict[str, int]:
 
 def reset_stats() -> None:
     STATS.clear()
+
+
+def cache_stats() -> dict:
+    """The executable cache's figures, as `tpuc cache stats` shows them: `process` (this
+    process's hits, misses, corrupt entries, errors, bytes and compile time saved per tier, and
+    its compiles), `host` (the totals of every process sharing this tier-2 cache, or None
+    without tier 2) and `tiers` (state, location, entries, bytes and budget of each tier)."""
+    import json
+
+    from . import _C
+
+    return json.loads(_C.cache_stats())

@@ -2,6 +2,7 @@
 strides, shape specialization, dumps, the host cache across processes."""
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -268,6 +269,8 @@ with torch.no_grad():
     y = torch.compile(m, backend="tpuc")(x)
     assert torch.allclose(y, m(x), rtol=1e-4, atol=1e-5)
 print("stats", tpuc.stats())
+import json
+print("cache_stats", json.dumps(tpuc.cache_stats()))
 """
 
 
@@ -282,6 +285,13 @@ def test_second_process_hits_the_host_cache(tmp_path):
     assert sources(second) == ["shm"], (
         "the second process did not hit the host (tier 2) cache:\n" + second.stderr[-3000:]
     )
+    # The same figures from Python: the second process's hit, and the host's totals.
+    line = next(l for l in second.stdout.splitlines() if l.startswith("cache_stats "))
+    cs = json.loads(line[len("cache_stats "):])
+    assert cs["process"]["shm"]["hits"] == 1 and cs["process"]["compiles"] == 0, cs
+    assert cs["host"]["compiles"] == 1 and cs["host"]["shm"]["hits"] == 1, cs
+    assert cs["host"]["shm"]["saved_ms"] > 0, cs
+    assert [t["enabled"] for t in cs["tiers"]] == [True, True, False], cs
 
 
 # ----------------------------------------------------------------- errors from the compiler
