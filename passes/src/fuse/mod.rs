@@ -159,14 +159,16 @@ impl Pass for Fuse {
             // layer norm with its affine step, not without).
             for pattern in patterns::ALL {
                 let mut cx_users = crate::util::users(m);
+                let mut causal = Default::default();
                 for op in m.block_ops(b).into_iter().rev() {
                     if m.ops[op].block != Some(b) {
                         continue;
                     }
                     let mt = {
-                        let cx = patterns::Ctx { m, users: std::mem::take(&mut cx_users) };
+                        let cx = patterns::Ctx { m, users: std::mem::take(&mut cx_users), causal: std::mem::take(&mut causal) };
                         let r = (pattern.matcher)(&cx, op);
                         cx_users = cx.users;
+                        causal = cx.causal;
                         r
                     };
                     let Some(mt) = mt else { continue };

@@ -14,11 +14,14 @@ use tpuc_ir::{Attr, Module, OpId, Opcode, ValueId};
 pub struct Ctx<'m> {
     pub m: &'m Module,
     pub users: HashMap<ValueId, SmallVec<[OpId; 2]>>,
+    /// Causal-mask proofs by (mask value, bool mask), kept for a whole pass run: after CSE the
+    /// layers of a model share one mask, which is then evaluated once.
+    pub causal: std::cell::RefCell<HashMap<(ValueId, bool), bool>>,
 }
 
 impl<'m> Ctx<'m> {
     pub fn new(m: &'m Module) -> Self {
-        Ctx { m, users: crate::util::users(m) }
+        Ctx { m, users: crate::util::users(m), causal: Default::default() }
     }
 
     fn uses(&self, v: ValueId) -> usize {
@@ -420,7 +423,8 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
         while let Some(b) = def_is(m, src, Opcode::BroadcastInDim) {
             src = m.ops[b].operands[0];
         }
-        if is_causal_mask(m, src, bool_mask) {
+        let proved = *cx.causal.borrow_mut().entry((src, bool_mask)).or_insert_with(|| is_causal_mask(m, src, bool_mask));
+        if proved {
             causal = true;
         } else {
             inputs.push(src);
