@@ -4,41 +4,12 @@
 //! tolerances), fused and unfused programs agree, bf16 matmuls stay within bf16 error, f64 and
 //! i64 fixtures compile for a TPU topology, and the IR after the pipeline is snapshotted.
 
-use std::path::PathBuf;
 use tpuc_driver::exec::{self, CompileRequest, Runner, Target};
 use tpuc_driver::tensor::{compare, HostTensor};
 use tpuc_driver::{Emit, LowerOptions, PassTarget};
 
-fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
-
-struct Fixture {
-    name: String,
-    file: PathBuf,
-    inputs: Vec<PathBuf>,
-    expected: Vec<PathBuf>,
-    rtol: f64,
-    atol: f64,
-}
-
-fn read_manifest(dir: PathBuf) -> Vec<Fixture> {
-    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
-    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
-    list.as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| !f["name"].as_str().unwrap().contains("dynamic"))
-        .map(|f| Fixture {
-            name: f["name"].as_str().unwrap().to_string(),
-            file: dir.join(f["file"].as_str().unwrap()),
-            inputs: f["inputs"].as_array().unwrap().iter().map(|p| dir.join(p.as_str().unwrap())).collect(),
-            expected: f["expected"].as_array().unwrap().iter().filter_map(|p| p.as_str()).map(|p| dir.join(p)).collect(),
-            rtol: f["rtol"].as_f64().unwrap(),
-            atol: f["atol"].as_f64().unwrap(),
-        })
-        .collect()
-}
+mod common;
+use common::{fixtures_dir, read_manifest, Fixture};
 
 fn all_fixtures() -> Vec<Fixture> {
     let mut v = read_manifest(fixtures_dir());

@@ -7,42 +7,15 @@
 //! rtol 1e-4 / atol 1e-5 for the GPT-2 block and CNN, whose softmax, layer norm, convolution
 //! and backward reductions sum hundreds of terms in a different order than PyTorch's kernels.
 
-use std::path::PathBuf;
 use tpuc_driver::exec::{self, CompileRequest, Runner, Target};
 use tpuc_driver::tensor::{compare, HostTensor};
 use tpuc_driver::{Emit, LowerOptions};
 
-fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
-
-struct Fixture {
-    name: String,
-    file: PathBuf,
-    inputs: Vec<PathBuf>,
-    expected: Vec<PathBuf>,
-    rtol: f64,
-    atol: f64,
-}
+mod common;
+use common::{fixtures_dir, read_manifest, Fixture};
 
 fn fixtures() -> Vec<Fixture> {
-    let dir = fixtures_dir();
-    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
-    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
-    list.as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| !f["name"].as_str().unwrap().contains("dynamic"))
-        .map(|f| Fixture {
-            name: f["name"].as_str().unwrap().to_string(),
-            file: dir.join(f["file"].as_str().unwrap()),
-            inputs: f["inputs"].as_array().unwrap().iter().map(|p| dir.join(p.as_str().unwrap())).collect(),
-            // `null` marks outputs the program returns as None (gradients nobody needs).
-            expected: f["expected"].as_array().unwrap().iter().filter_map(|p| p.as_str()).map(|p| dir.join(p)).collect(),
-            rtol: f["rtol"].as_f64().unwrap(),
-            atol: f["atol"].as_f64().unwrap(),
-        })
-        .collect()
+    read_manifest(fixtures_dir())
 }
 
 fn lower(f: &Fixture) -> tpuc_driver::Lowered {
