@@ -632,19 +632,21 @@ impl<'c> Runner<'c> {
         let client = self.loaded.client();
         let mut uploaded = Vec::with_capacity(inputs.len());
         for (_, t) in inputs {
-            uploaded.push(client.buffer_from_host(&t.bytes, element_type(t.dtype), &t.dims, None)?);
+            // Used in place where the plugin can (CPU): the inputs outlive the execution.
+            uploaded.push(client.buffer_borrowing_host(&t.bytes, element_type(t.dtype), &t.dims, None)?);
         }
         let args = argument_list(&self.resident, &uploaded);
         times.upload = t1.elapsed();
         let t2 = Instant::now();
         let outputs = self.loaded.execute(&args)?;
         times.execute = t2.elapsed();
+        drop(args);
+        drop(uploaded);
         let t3 = Instant::now();
-        let refs: Vec<&rt::Buffer> = outputs.iter().collect();
-        let host = rt::Buffer::to_host_all(&refs)?
+        let host = rt::Buffer::into_host_all(outputs)?
             .into_iter()
             .zip(&self.results)
-            .map(|(bytes, ty)| HostTensor { dtype: ty.dtype, dims: ty.static_dims().unwrap_or_default(), bytes })
+            .map(|(bytes, ty)| HostTensor { dtype: ty.dtype, dims: ty.static_dims().unwrap_or_default(), bytes: bytes.into_vec() })
             .collect();
         times.download = t3.elapsed();
         Ok((host, times))
@@ -653,7 +655,10 @@ impl<'c> Runner<'c> {
 
 /// The arguments of one execute, in order: the resident weights in their slots and the
 /// freshly uploaded user inputs, in order, in the others.
-pub(crate) fn argument_list<'a>(resident: &'a [Option<rt::Buffer>], uploaded: &'a [rt::Buffer]) -> Vec<&'a rt::Buffer> {
+pub(crate) fn argument_list<'a, B: std::ops::Deref<Target = rt::Buffer>>(
+    resident: &'a [Option<rt::Buffer>],
+    uploaded: &'a [B],
+) -> Vec<&'a rt::Buffer> {
     let mut next = uploaded.iter();
     resident
         .iter()

@@ -23,6 +23,7 @@ use tpuc_frontend_fx::{ImportError, InputSlot, NodeRef, OutputSlot};
 use tpuc_ir::{ArgKind, DType, TensorType};
 use tpuc_lowering_stablehlo::EmitError;
 use tpuc_runtime as rt;
+pub use tpuc_runtime::HostArray;
 
 /// How to compile one program.
 #[derive(Clone, Debug)]
@@ -251,6 +252,19 @@ impl Program {
     }
 
     fn upload(&self, arg: usize, bytes: &[u8]) -> Result<rt::Buffer, ExecError> {
+        let (dims, element_type) = self.check_arg(arg, bytes)?;
+        let (loaded, device) = self.runnable()?;
+        Ok(loaded.client().buffer_from_host(bytes, element_type, &dims, Some(device))?)
+    }
+
+    /// A user input for one execution: used in place where the plugin can (CPU).
+    fn borrow<'a>(&self, arg: usize, bytes: &'a [u8]) -> Result<rt::BorrowedBuffer<'a>, ExecError> {
+        let (dims, element_type) = self.check_arg(arg, bytes)?;
+        let (loaded, device) = self.runnable()?;
+        Ok(loaded.client().buffer_borrowing_host(bytes, element_type, &dims, Some(device))?)
+    }
+
+    fn check_arg(&self, arg: usize, bytes: &[u8]) -> Result<(Vec<i64>, rt::ElementType), ExecError> {
         let spec = &self.args[arg];
         if bytes.len() != spec.bytes {
             return Err(ExecError::BadInput(format!(
@@ -262,9 +276,7 @@ impl Program {
                 bytes.len()
             )));
         }
-        let (loaded, device) = self.runnable()?;
-        let dims = spec.ty.static_dims().unwrap_or_default();
-        Ok(loaded.client().buffer_from_host(bytes, exec::element_type(spec.ty.dtype), &dims, Some(device))?)
+        Ok((spec.ty.static_dims().unwrap_or_default(), exec::element_type(spec.ty.dtype)))
     }
 
     fn runnable(&self) -> Result<(&rt::LoadedExecutable, &rt::Device), ExecError> {
@@ -277,9 +289,11 @@ impl Program {
         }
     }
 
-    /// Runs with `inputs`, one dense row-major byte slice per user-input argument in order.
-    /// Every weight must have been set. Returns the results' bytes, in order.
-    pub fn run(&self, inputs: &[&[u8]]) -> Result<(Vec<Vec<u8>>, RunTimes), ExecError> {
+    /// Runs with `inputs`, one dense row-major byte slice per user-input argument in order
+    /// (read in place on CPU, so no copy is made on the way in). Every weight must have been
+    /// set. Returns the results' bytes, in order: on CPU the result buffers' own memory, handed
+    /// over without a copy.
+    pub fn run(&self, inputs: &[&[u8]]) -> Result<(Vec<HostArray>, RunTimes), ExecError> {
         let mut times = RunTimes::default();
         let t0 = Instant::now();
         if inputs.len() != self.user_args.len() {
@@ -305,7 +319,7 @@ impl Program {
         let t1 = Instant::now();
         let mut uploaded = Vec::with_capacity(inputs.len());
         for (&arg, bytes) in self.user_args.iter().zip(inputs) {
-            uploaded.push(self.upload(arg, bytes)?);
+            uploaded.push(self.borrow(arg, bytes)?);
         }
         let args = argument_list(&self.resident, &uploaded);
         times.upload = t1.elapsed();
@@ -313,8 +327,10 @@ impl Program {
         let outputs = loaded.execute(&args)?;
         times.execute = t2.elapsed();
         let t3 = Instant::now();
-        let refs: Vec<&rt::Buffer> = outputs.iter().collect();
-        let host = rt::Buffer::to_host_all(&refs)?;
+        drop(args);
+        // Give the inputs back before returning (waits until the plugin is done with them).
+        drop(uploaded);
+        let host = rt::Buffer::into_host_all(outputs)?;
         times.download = t3.elapsed();
         Ok((host, times))
     }
@@ -422,9 +438,12 @@ mod tests {
         assert!(err.contains("parameter `w` has no value"), "{err}");
         p.set_weight(0, &f32s(&[10.0, 20.0])).unwrap();
         let (out, _) = p.run(&[&x]).unwrap();
-        assert_eq!(out, vec![f32s(&[11.0, 22.0])]);
+        assert!(out[0].in_place(), "CPU results are handed over, not copied");
+        assert_eq!(&out[0][..], &f32s(&[11.0, 22.0])[..]);
         p.set_weight(0, &f32s(&[0.5, 0.5])).unwrap();
-        assert_eq!(p.run(&[&x]).unwrap().0, vec![f32s(&[1.5, 2.5])]);
+        assert_eq!(&p.run(&[&x]).unwrap().0[0][..], &f32s(&[1.5, 2.5])[..]);
+        // The earlier result is untouched by later runs.
+        assert_eq!(&out[0][..], &f32s(&[11.0, 22.0])[..]);
         let err = p.run(&[&x[..4]]).unwrap_err().to_string();
         assert!(err.contains("needs 8 bytes, got 4"), "{err}");
         assert!(p.set_weight(1, &x).is_err());

@@ -1,8 +1,9 @@
 //! `tpuc._C`: the Python extension. A thin layer over `tpuc_driver::session`: it compiles
 //! serialized programs in process and runs them on tensors the Python side hands over as
 //! (address, byte size) pairs of contiguous CPU memory, read in place without a copy on our
-//! side. Results come back as `HostBuffer`s, whose bytes torch wraps without a copy
-//! (`torch.frombuffer`).
+//! side (on CPU the plugin reads them in place too). Results come back as `HostBuffer`s, whose
+//! bytes torch wraps without a copy (`torch.frombuffer`); on CPU they are the result buffers'
+//! own memory, so no copy is made on the way out either.
 //!
 //! Errors are `tpuc.errors.TpucError` (with `kind`, `node`, `target`, `source`); a Rust panic is
 //! caught at every entry point and raised as a `TpucError` of kind `internal`.
@@ -90,7 +91,7 @@ unsafe fn borrowed<'a>(ptr: usize, len: usize) -> &'a [u8] {
 /// item) so that `torch.frombuffer` wraps them without a copy.
 #[pyclass(module = "tpuc._C")]
 struct HostBuffer {
-    data: Vec<u8>,
+    data: session::HostArray,
 }
 
 #[pymethods]
@@ -105,11 +106,12 @@ impl HostBuffer {
         }
         let (buf, len) = {
             let mut this = slf.try_borrow_mut().map_err(|e| PyBufferError::new_err(e.to_string()))?;
-            (this.data.as_mut_ptr(), this.data.len())
+            let bytes = this.data.as_mut_slice();
+            (bytes.as_mut_ptr(), bytes.len())
         };
         // SAFETY: `view` is a valid Py_buffer to fill (checked non-null); the data lives in the
-        // Vec owned by `slf`, which the view keeps alive through `obj`, and a HostBuffer never
-        // reallocates its Vec after creation.
+        // HostArray owned by `slf`, which the view keeps alive through `obj`; a HostArray's
+        // bytes never move.
         unsafe {
             (*view).obj = slf.into_any().into_ptr();
             (*view).buf = buf as *mut c_void;

@@ -1,13 +1,14 @@
 //! Clients, their devices and device buffers.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::executable::{LoadedExecutable, Program};
 use crate::options::CompileOptions;
 use crate::plugin::Plugin;
-use crate::sys::{DevicePtr, RawBuffer, RawClient};
+use crate::sys::{DevicePtr, HostMemory, RawBuffer, RawClient};
 use crate::types::{DeviceDescription, ElementType, Shape};
 
 /// A PJRT client: the devices of one plugin in this process. Cheap to clone (shared);
@@ -97,6 +98,36 @@ impl Client {
         dims: &[i64],
         device: Option<&Device>,
     ) -> Result<Buffer> {
+        let raw = self.host_buffer(data, element_type, dims, device, false)?;
+        Ok(Buffer { raw })
+    }
+
+    /// Like [`Client::buffer_from_host`], but the buffer may use `data` in place instead of a
+    /// copy (the CPU plugin does when `data` is suitably aligned; other plugins copy). `data`
+    /// stays borrowed until the buffer is dropped, which returns only once the plugin is done
+    /// with it. For arguments of one execution: no copy and no wait for one.
+    pub fn buffer_borrowing_host<'a>(
+        &self,
+        data: &'a [u8],
+        element_type: ElementType,
+        dims: &[i64],
+        device: Option<&Device>,
+    ) -> Result<BorrowedBuffer<'a>> {
+        let raw = self.host_buffer(data, element_type, dims, device, true)?;
+        Ok(BorrowedBuffer {
+            buffer: Buffer { raw },
+            _data: PhantomData,
+        })
+    }
+
+    fn host_buffer(
+        &self,
+        data: &[u8],
+        element_type: ElementType,
+        dims: &[i64],
+        device: Option<&Device>,
+        zero_copy: bool,
+    ) -> Result<RawBuffer> {
         if let Some(&d) = dims.iter().find(|&&d| d < 0) {
             return Err(Error::InvalidArgument(format!(
                 "negative dimension {d} in {dims:?}"
@@ -128,10 +159,28 @@ impl Client {
                 ))
             })?,
         };
-        let raw = self
-            .raw
-            .buffer_from_host(data, element_type.to_pjrt(), dims, ptr)?;
-        Ok(Buffer { raw })
+        self.raw
+            .buffer_from_host(data, element_type.to_pjrt(), dims, ptr, zero_copy)
+    }
+}
+
+/// A [`Buffer`] that may use borrowed host memory in place (see
+/// [`Client::buffer_borrowing_host`]); use it as a `&Buffer`.
+pub struct BorrowedBuffer<'a> {
+    buffer: Buffer,
+    _data: PhantomData<&'a [u8]>,
+}
+
+impl std::ops::Deref for BorrowedBuffer<'_> {
+    type Target = Buffer;
+    fn deref(&self) -> &Buffer {
+        &self.buffer
+    }
+}
+
+impl fmt::Debug for BorrowedBuffer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.buffer.fmt(f)
     }
 }
 
@@ -214,18 +263,134 @@ impl Buffer {
         self.raw.to_host(rank)
     }
 
+    /// Moves the array to the host: in place when the plugin keeps it in host memory, dense and
+    /// row-major (the CPU plugin: no copy, the buffer's memory is handed over), copied
+    /// otherwise. See [`Buffer::into_host_all`] for several buffers.
+    pub fn into_host(self) -> Result<HostArray> {
+        Ok(Buffer::into_host_all(vec![self])?
+            .pop()
+            .expect("one buffer in, one array out"))
+    }
+
+    /// [`Buffer::into_host`] for several buffers; the ones that need a copy have their copies in
+    /// flight at once.
+    pub fn into_host_all(buffers: Vec<Buffer>) -> Result<Vec<HostArray>> {
+        let mut out: Vec<Option<HostArray>> = Vec::with_capacity(buffers.len());
+        let mut copies = Vec::new();
+        for (i, b) in buffers.into_iter().enumerate() {
+            let dims = b.raw.dims()?;
+            let size = dense_size(&b.raw, &dims)?;
+            let raw = match size {
+                Some(n) => match HostMemory::take(b.raw, n)? {
+                    Ok(memory) => {
+                        out.push(Some(HostArray(Host::InPlace(memory))));
+                        continue;
+                    }
+                    Err(raw) => raw,
+                },
+                None => b.raw,
+            };
+            copies.push((i, raw.start_to_host(dims.len(), size)?));
+            out.push(None);
+        }
+        for (i, pending) in copies {
+            out[i] = Some(HostArray(Host::Copied(pending.finish()?)));
+        }
+        Ok(out
+            .into_iter()
+            .map(|a| a.expect("every array filled"))
+            .collect())
+    }
+
     /// Copies several buffers to the host with all copies in flight at once (one wait per
     /// buffer, but no copy waits for the previous one). Same result as `to_host` on each.
     pub fn to_host_all(buffers: &[&Buffer]) -> Result<Vec<Vec<u8>>> {
         let mut pending = Vec::with_capacity(buffers.len());
         for b in buffers {
             let dims = b.raw.dims()?;
-            let size = ElementType::from_pjrt(b.raw.element_type()?)
-                .map(|t| t.size_in_bytes())
-                .filter(|&n| n > 0)
-                .and_then(|n| dims.iter().try_fold(n, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))));
+            let size = dense_size(&b.raw, &dims)?;
             pending.push(b.raw.start_to_host(dims.len(), size)?);
         }
         pending.into_iter().map(|p| p.finish()).collect()
+    }
+}
+
+/// The dense row-major byte size of a buffer, when its element type has a whole byte size.
+fn dense_size(raw: &RawBuffer, dims: &[i64]) -> Result<Option<usize>> {
+    Ok(ElementType::from_pjrt(raw.element_type()?)
+        .map(|t| t.size_in_bytes())
+        .filter(|&n| n > 0)
+        .and_then(|n| {
+            dims.iter().try_fold(n, |acc, &d| {
+                usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+            })
+        }))
+}
+
+/// An array's dense, row-major bytes in host memory: either a device buffer's own memory
+/// (kept alive by owning the buffer) or a copy.
+pub struct HostArray(Host);
+
+enum Host {
+    InPlace(HostMemory),
+    Copied(Vec<u8>),
+}
+
+impl HostArray {
+    /// True when the bytes are the device buffer's own memory (no copy was made).
+    pub fn in_place(&self) -> bool {
+        matches!(self.0, Host::InPlace(_))
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            Host::InPlace(m) => m.as_slice(),
+            Host::Copied(v) => v,
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            Host::InPlace(m) => m.as_mut_slice(),
+            Host::Copied(v) => v,
+        }
+    }
+
+    /// The bytes as a vector (a copy only when they are in place).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.0 {
+            Host::Copied(v) => v,
+            Host::InPlace(m) => m.as_slice().to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for HostArray {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for HostArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "HostArray({} bytes, {})",
+            self.len(),
+            if self.in_place() {
+                "in place"
+            } else {
+                "copied"
+            }
+        )
     }
 }

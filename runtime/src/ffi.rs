@@ -265,6 +265,9 @@ pub type PJRT_Buffer_Type = c_int;
 pub type PJRT_HostBufferSemantics = c_int;
 pub const PJRT_HostBufferSemantics_kImmutableOnlyDuringCall: PJRT_HostBufferSemantics = 0;
 pub const PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes: PJRT_HostBufferSemantics = 1;
+/// The buffer may alias the host memory until it is destroyed (`done_with_host_buffer` fires
+/// then); plugins that cannot alias copy instead.
+pub const PJRT_HostBufferSemantics_kImmutableZeroCopy: PJRT_HostBufferSemantics = 2;
 
 pub type PJRT_Buffer_MemoryLayout_Type = c_int;
 pub const PJRT_Buffer_MemoryLayout_Type_Tiled: PJRT_Buffer_MemoryLayout_Type = 0;
@@ -556,6 +559,48 @@ pub struct PJRT_Buffer_Dimensions_Args {
 }
 
 #[repr(C)]
+pub struct PJRT_Buffer_GetMemoryLayout_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    /// Owned by the buffer.
+    pub layout: PJRT_Buffer_MemoryLayout,
+}
+
+#[repr(C)]
+pub struct PJRT_Buffer_OnDeviceSizeInBytes_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    pub on_device_size_in_bytes: usize,
+}
+
+#[repr(C)]
+pub struct PJRT_Buffer_IsOnCpu_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    pub is_on_cpu: bool,
+}
+
+#[repr(C)]
+pub struct PJRT_Buffer_ReadyEvent_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    /// The caller destroys it.
+    pub event: *mut PJRT_Event,
+}
+
+#[repr(C)]
+pub struct PJRT_Buffer_UnsafePointer_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    pub buffer_pointer: usize,
+}
+
+#[repr(C)]
 pub struct PJRT_Buffer_ToHostBuffer_Args {
     pub struct_size: usize,
     pub extension_start: *mut PJRT_Extension_Base,
@@ -670,6 +715,11 @@ args!(
     PJRT_Buffer_ElementType_Args => type_,
     PJRT_Buffer_Dimensions_Args => num_dims,
     PJRT_Buffer_ToHostBuffer_Args => event,
+    PJRT_Buffer_GetMemoryLayout_Args => layout,
+    PJRT_Buffer_OnDeviceSizeInBytes_Args => on_device_size_in_bytes,
+    PJRT_Buffer_IsOnCpu_Args => is_on_cpu,
+    PJRT_Buffer_ReadyEvent_Args => event,
+    PJRT_Buffer_UnsafePointer_Args => buffer_pointer,
     PJRT_TopologyDescription_Create_Args => topology,
     PJRT_TopologyDescription_Destroy_Args => topology,
     PJRT_TopologyDescription_String_Args => value_size,
@@ -771,17 +821,17 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_Dimensions: Fn<PJRT_Buffer_Dimensions_Args>,
     pub PJRT_Buffer_UnpaddedDimensions: Unused,
     pub PJRT_Buffer_DynamicDimensionIndices: Unused,
-    pub PJRT_Buffer_GetMemoryLayout: Unused,
-    pub PJRT_Buffer_OnDeviceSizeInBytes: Unused,
+    pub PJRT_Buffer_GetMemoryLayout: Fn<PJRT_Buffer_GetMemoryLayout_Args>,
+    pub PJRT_Buffer_OnDeviceSizeInBytes: Fn<PJRT_Buffer_OnDeviceSizeInBytes_Args>,
     pub PJRT_Buffer_Device: Unused,
     pub PJRT_Buffer_Memory: Unused,
     pub PJRT_Buffer_Delete: Unused,
     pub PJRT_Buffer_IsDeleted: Unused,
     pub PJRT_Buffer_CopyToDevice: Unused,
     pub PJRT_Buffer_ToHostBuffer: Fn<PJRT_Buffer_ToHostBuffer_Args>,
-    pub PJRT_Buffer_IsOnCpu: Unused,
-    pub PJRT_Buffer_ReadyEvent: Unused,
-    pub PJRT_Buffer_UnsafePointer: Unused,
+    pub PJRT_Buffer_IsOnCpu: Fn<PJRT_Buffer_IsOnCpu_Args>,
+    pub PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
+    pub PJRT_Buffer_UnsafePointer: Fn<PJRT_Buffer_UnsafePointer_Args>,
     pub PJRT_Buffer_IncreaseExternalReferenceCount: Unused,
     pub PJRT_Buffer_DecreaseExternalReferenceCount: Unused,
     pub PJRT_Buffer_OpaqueDeviceMemoryDataPointer: Unused,
@@ -872,6 +922,11 @@ mod tests {
             72
         );
         assert_eq!(PJRT_ExecuteOptions::struct_size(), 112);
+        assert_eq!(PJRT_Buffer_GetMemoryLayout_Args::struct_size(), 104);
+        assert_eq!(PJRT_Buffer_IsOnCpu_Args::struct_size(), 25);
+        assert_eq!(PJRT_Buffer_UnsafePointer_Args::struct_size(), 32);
+        assert_eq!(PJRT_Buffer_ReadyEvent_Args::struct_size(), 32);
+        assert_eq!(PJRT_Buffer_OnDeviceSizeInBytes_Args::struct_size(), 32);
         assert_eq!(PJRT_LoadedExecutable_Execute_Args::struct_size(), 80);
         assert_eq!(
             PJRT_Executable_GetCompiledMemoryStats_Args::struct_size(),
@@ -902,6 +957,14 @@ mod tests {
             slot(50)
         );
         assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_Destroy), slot(58));
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_GetMemoryLayout), slot(63));
+        assert_eq!(
+            offset_of!(PJRT_Api, PJRT_Buffer_OnDeviceSizeInBytes),
+            slot(64)
+        );
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_IsOnCpu), slot(71));
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_ReadyEvent), slot(72));
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_UnsafePointer), slot(73));
         assert_eq!(
             offset_of!(PJRT_Api, PJRT_TopologyDescription_Create),
             slot(82)

@@ -34,7 +34,7 @@ mod sys;
 mod topology;
 mod types;
 
-pub use client::{Buffer, Client, Device};
+pub use client::{BorrowedBuffer, Buffer, Client, Device, HostArray};
 pub use discover::{discover, Discovery, Found, Origin, Target, ENV_PLUGIN};
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Executable, LoadedExecutable, Program};

@@ -679,15 +679,23 @@ impl RawClient {
         })
     }
 
-    /// Copies dense row-major host data to `device`. The plugin may read `data` until the
-    /// transfer completes; we wait for that (`done_with_host_buffer`) before returning, which
-    /// lets the plugin skip its own staging copy.
+    /// Makes a buffer of dense row-major host data on `device`.
+    ///
+    /// Copying (`zero_copy == false`): the plugin may read `data` until the transfer completes;
+    /// we wait for that (`done_with_host_buffer`) before returning, which lets the plugin skip
+    /// its own staging copy.
+    ///
+    /// Zero copy: the buffer may alias `data` (the CPU plugin does when `data` is aligned) until
+    /// it is destroyed; the returned buffer holds the `done_with_host_buffer` event and waits for
+    /// it after destroying itself, so once the buffer is dropped the plugin no longer reads
+    /// `data`. The caller keeps `data` alive and unchanged until then.
     pub(crate) fn buffer_from_host(
         self: &Arc<Self>,
         data: &[u8],
         element_type: i32,
         dims: &[i64],
         device: DevicePtr,
+        zero_copy: bool,
     ) -> Result<RawBuffer> {
         let mut a = Padded::<ffi::PJRT_Client_BufferFromHostBuffer_Args>::new();
         a.client = self.ptr.as_ptr();
@@ -695,7 +703,11 @@ impl RawClient {
         a.type_ = element_type;
         a.dims = dims.as_ptr();
         a.num_dims = dims.len();
-        a.host_buffer_semantics = ffi::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+        a.host_buffer_semantics = if zero_copy {
+            ffi::PJRT_HostBufferSemantics_kImmutableZeroCopy
+        } else {
+            ffi::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes
+        };
         a.device = device.0.as_ptr();
         let result = call!(self.api, PJRT_Client_BufferFromHostBuffer, a.ptr());
         // Take ownership of both outputs first, so that each is freed on every path.
@@ -703,17 +715,21 @@ impl RawClient {
         let buffer = NonNull::new(a.buffer).map(|ptr| RawBuffer {
             api: self.api,
             ptr,
+            host_done: None,
             _live: Live::new(),
             _client: Arc::clone(self),
         });
         result?;
-        if let Some(done) = done {
-            done.wait()?;
-        }
-        buffer.ok_or_else(|| {
+        let mut buffer = buffer.ok_or_else(|| {
             self.api
                 .contract("PJRT_Client_BufferFromHostBuffer", "returned no buffer")
-        })
+        })?;
+        if zero_copy {
+            buffer.host_done = done;
+        } else if let Some(done) = done {
+            done.wait()?;
+        }
+        Ok(buffer)
     }
 }
 
@@ -1033,6 +1049,7 @@ impl RawLoaded {
             .map(|ptr| RawBuffer {
                 api: self.api,
                 ptr,
+                host_done: None,
                 _live: Live::new(),
                 _client: Arc::clone(&self.client),
             })
@@ -1056,6 +1073,9 @@ impl RawLoaded {
 pub(crate) struct RawBuffer {
     api: &'static Api,
     ptr: NonNull<ffi::PJRT_Buffer>,
+    /// For a buffer that may alias host memory: fires once the plugin is done with that memory
+    /// (after the buffer is destroyed).
+    host_done: Option<RawEvent>,
     _client: Arc<RawClient>,
     _live: Live,
 }
@@ -1069,6 +1089,10 @@ impl Drop for RawBuffer {
         let mut a = Padded::<ffi::PJRT_Buffer_Destroy_Args>::new();
         a.buffer = self.ptr.as_ptr();
         let _ = call!(self.api, PJRT_Buffer_Destroy, a.ptr());
+        // Borrowed host memory is the caller's again only once the plugin says so.
+        if let Some(done) = self.host_done.take() {
+            let _ = done.wait();
+        }
     }
 }
 
@@ -1090,6 +1114,54 @@ impl RawBuffer {
         call!(self.api, PJRT_Buffer_Dimensions, a.ptr())?;
         // SAFETY: an array owned by the buffer.
         Ok(unsafe { copy_slice(a.dims, a.num_dims) })
+    }
+
+    /// Where the buffer's bytes are in this process's memory, when the plugin keeps them in
+    /// host memory, dense and row-major, `size` bytes long (the CPU plugin does); `None` when
+    /// they are elsewhere or laid out otherwise. Waits until the buffer is ready. The address
+    /// stays valid while the buffer lives.
+    pub(crate) fn host_address(&self, size: usize) -> Result<Option<usize>> {
+        let mut on_cpu = Padded::<ffi::PJRT_Buffer_IsOnCpu_Args>::new();
+        on_cpu.buffer = self.ptr.as_ptr();
+        match call!(self.api, PJRT_Buffer_IsOnCpu, on_cpu.ptr()) {
+            Ok(()) if on_cpu.is_on_cpu => {}
+            // Not on the host, or a plugin without the query: the caller copies.
+            _ => return Ok(None),
+        }
+        let mut layout = Padded::<ffi::PJRT_Buffer_GetMemoryLayout_Args>::new();
+        layout.buffer = self.ptr.as_ptr();
+        if call!(self.api, PJRT_Buffer_GetMemoryLayout, layout.ptr()).is_err() {
+            return Ok(None);
+        }
+        if layout.layout.type_ != ffi::PJRT_Buffer_MemoryLayout_Type_Tiled {
+            return Ok(None);
+        }
+        // SAFETY: `type_` says the union holds the tiled variant; its arrays are owned by the
+        // buffer, which is alive.
+        let row_major = unsafe {
+            let tiled = layout.layout.layout.tiled;
+            let m2m = copy_slice(tiled.minor_to_major, tiled.minor_to_major_size);
+            tiled.num_tiles == 0 && m2m.iter().rev().copied().eq(0..m2m.len() as i64)
+        };
+        if !row_major {
+            return Ok(None);
+        }
+        let mut bytes = Padded::<ffi::PJRT_Buffer_OnDeviceSizeInBytes_Args>::new();
+        bytes.buffer = self.ptr.as_ptr();
+        call!(self.api, PJRT_Buffer_OnDeviceSizeInBytes, bytes.ptr())?;
+        if bytes.on_device_size_in_bytes != size {
+            return Ok(None);
+        }
+        let mut ready = Padded::<ffi::PJRT_Buffer_ReadyEvent_Args>::new();
+        ready.buffer = self.ptr.as_ptr();
+        call!(self.api, PJRT_Buffer_ReadyEvent, ready.ptr())?;
+        if let Some(event) = RawEvent::new(self.api, ready.event) {
+            event.wait()?;
+        }
+        let mut p = Padded::<ffi::PJRT_Buffer_UnsafePointer_Args>::new();
+        p.buffer = self.ptr.as_ptr();
+        call!(self.api, PJRT_Buffer_UnsafePointer, p.ptr())?;
+        Ok((p.buffer_pointer != 0 || size == 0).then_some(p.buffer_pointer))
     }
 
     /// Copies the buffer into a new dense, row-major `Vec<u8>` (one copy, straight into the
@@ -1136,7 +1208,57 @@ impl RawBuffer {
         result?;
         // The vector's heap block does not move when `out` moves into the pending copy, and the
         // layout stays boxed and alive until the copy completes.
-        Ok(PendingHost { out, size, event, _layout: layout, _minor_to_major: minor_to_major })
+        Ok(PendingHost {
+            out,
+            size,
+            event,
+            _layout: layout,
+            _minor_to_major: minor_to_major,
+        })
+    }
+}
+
+/// A buffer's own host memory (see [`RawBuffer::host_address`]), kept valid by owning the
+/// buffer.
+pub(crate) struct HostMemory {
+    addr: usize,
+    len: usize,
+    _buffer: RawBuffer,
+}
+
+impl HostMemory {
+    /// The buffer's memory when it is host memory, dense, row-major and `size` bytes long;
+    /// the buffer back otherwise.
+    pub(crate) fn take(
+        buffer: RawBuffer,
+        size: usize,
+    ) -> Result<std::result::Result<HostMemory, RawBuffer>> {
+        Ok(match buffer.host_address(size)? {
+            Some(addr) => Ok(HostMemory {
+                addr,
+                len: size,
+                _buffer: buffer,
+            }),
+            None => Err(buffer),
+        })
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `addr` is the ready buffer's host memory of `len` bytes, alive as long as the
+        // buffer we own; the plugin no longer writes it (the buffer is a finished execution's
+        // output and only we hold it).
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `as_slice`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
     }
 }
 

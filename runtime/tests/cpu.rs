@@ -273,3 +273,37 @@ fn handles_are_shared_across_threads() {
         }
     }
 }
+
+#[test]
+fn borrowed_inputs_and_in_place_outputs_match_the_copying_path() {
+    let client = client();
+    let exe = compile(&client, F32_MODULE);
+    let (a, b, c) = (f32_bytes(&A), f32_bytes(&B), f32_bytes(&C));
+    // Unaligned on purpose as well: the plugin must copy instead of aliasing then.
+    let mut shifted = vec![0u8; b.len() + 1];
+    shifted[1..].copy_from_slice(&b);
+    let expected = f32_expected(&A, &B, &C);
+    for b_bytes in [&b[..], &shifted[1..]] {
+        let ab = client
+            .buffer_borrowing_host(&a, ElementType::F32, &[2, 3], None)
+            .unwrap();
+        let bb = client
+            .buffer_borrowing_host(b_bytes, ElementType::F32, &[3, 2], None)
+            .unwrap();
+        let cb = client
+            .buffer_borrowing_host(&c, ElementType::F32, &[2, 3], None)
+            .unwrap();
+        let out = exe.execute(&[&ab, &bb, &cb]).unwrap();
+        drop((ab, bb, cb));
+        let mut host = tpuc_runtime::Buffer::into_host_all(out).unwrap();
+        // The CPU plugin keeps results in host memory: they are handed over, not copied.
+        assert!(host.iter().all(|h| h.in_place()), "{host:?}");
+        assert_eq!((f32s(&host[0]), f32s(&host[1])), expected);
+        // The memory is ours: writable, and still there after more executions.
+        host[0].as_mut_slice()[..4].copy_from_slice(&7.0f32.to_le_bytes());
+        let again = run_f32(&client, &exe);
+        assert_eq!(again, expected);
+        assert_eq!(f32s(&host[0])[0], 7.0);
+        assert_eq!(f32s(&host[1]), expected.1);
+    }
+}

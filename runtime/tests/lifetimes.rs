@@ -25,6 +25,16 @@ fn all_pjrt_objects_are_freed() {
             .unwrap();
         let outputs = exe.execute(&[&a, &b, &a]).unwrap();
         let _ = outputs[0].to_host().unwrap();
+        // Borrowed arguments and results handed over in place free their objects too.
+        let data = f32_bytes(&[3.0; 6]);
+        let borrowed = client
+            .buffer_borrowing_host(&data, ElementType::F32, &[3, 2], None)
+            .unwrap();
+        let moved = tpuc_runtime::Buffer::into_host_all(exe.execute(&[&a, &borrowed, &a]).unwrap())
+            .unwrap();
+        drop(borrowed);
+        assert_eq!(moved[1].len(), 8);
+        drop(moved);
         let bytes = exe.executable().serialize().unwrap();
         let executable = exe.executable().clone();
         // Drop the client and the loaded executable first: the handles still alive keep what
