@@ -9,7 +9,13 @@
 //!   `erfc(x) = exp(-x²)·P(|x|)/Q(|x|)` (|x| < 8) or `exp(-x²)·R(|x|)/S(|x|)`.
 //! - gelu and layer_norm compute in f32 for 8- and 16-bit floats (as PyTorch does), then convert
 //!   back; layer_norm uses the biased variance.
-//! - attention: `softmax(q·kᵀ·scale + mask)·v` with the causal mask from two iotas.
+//! - attention: `softmax(q·kᵀ·scale + mask)·v` with the causal mask from two iotas, in the form
+//!   XLA CPU runs fastest (measured on the GPT-2 block; XLA CPU fuses a matmul with following
+//!   elementwise ops and reductions only when they are arithmetic, not `select`): the scale on
+//!   q (the smaller tensor, and the multiply joins the head-split copy q already gets), masks
+//!   as additive `0 / -inf` biases so the scores matmul, mask, row max and `exp` become one
+//!   fused kernel, and the softmax division after the second matmul (`(e·v) / Σe`, one divide
+//!   per output element instead of per score).
 
 // Coefficients keep the digits they were published with (XLA, Cephes).
 #![allow(clippy::excessive_precision)]
@@ -327,7 +333,10 @@ impl Emitter<'_> {
         Ok(self.broadcast_in_dim(x, ty, &dims, &to.with_dt(ty.dt)))
     }
 
-    /// softmax(q·kᵀ·scale (+ mask)) · v; masked-out scores are -inf.
+    /// softmax(q·kᵀ·scale + bias) · v, written for XLA CPU (see the module header): the scale
+    /// multiplies q when q is no larger than the scores, masks are additive `0 / -inf` biases
+    /// (PyTorch's own math path does the same), and the softmax division happens after the
+    /// second matmul, on the `[.., L, Ev]` output instead of the `[.., L, S]` weights.
     pub fn attention(
         &mut self,
         (q, k, v): (V, V, V),
@@ -344,43 +353,57 @@ impl Emitter<'_> {
         let mut st = tq.clone();
         st.dims[r - 1] = s_len;
         let last = [r as i64 - 1];
-        let scores = self.dot_general(q, k, (tq, tk), (&batch, &batch), (&last, &last), None, &st);
-        let mut scores = self.mul_const(scores, scale, &st);
+        // The scale on the smaller of q [.., L, E] and the scores [.., L, S]: q·(s·k) and
+        // s·(q·k) are the same product up to rounding (exact for powers of two, 1/√64 = 1/8).
+        let scale_q = scale != 1.0 && tq.num_elements() <= st.num_elements();
+        let q = if scale_q { self.mul_const(q, scale, tq) } else { q };
+        let mut scores = self.dot_general(q, k, (tq, tk), (&batch, &batch), (&last, &last), None, &st);
+        if scale != 1.0 && !scale_q {
+            scores = self.mul_const(scores, scale, &st);
+        }
         if causal {
+            // bias[i, j] = 0 where j <= i, else -inf: one [L, S] tensor broadcast over the batch.
             let it = Ty::new(DType::I64, &[l, s_len]);
             let row = self.iota(0, &it);
             let col = self.iota(1, &it);
             let keep = self.compare("GE", row, col, &it);
-            let bt = st.with_dt(DType::Bool);
-            let keepb = self.broadcast_in_dim(
-                keep,
-                &it.with_dt(DType::Bool),
-                &[nb as i64, nb as i64 + 1],
-                &bt,
-            );
-            let ninf = self.splat(&st, Lit::Lowest);
-            scores = self.select(keepb, scores, ninf, &st);
+            let bias = self.mask_bias(keep, &it.with_dt(st.dt));
+            let bb = self.broadcast_in_dim(bias, &it.with_dt(st.dt), &[nb as i64, nb as i64 + 1], &st);
+            scores = self.binary("add", scores, bb, &st);
         }
         if let Some((mv, mt)) = mask {
-            let mb = self.broadcast_trailing(mv, &mt, &st)?;
-            if mt.dt.is_bool() {
-                let ninf = self.splat(&st, Lit::Lowest);
-                scores = self.select(mb, scores, ninf, &st);
+            let (mv, mt) = if mt.dt.is_bool() {
+                let bt = mt.with_dt(st.dt);
+                (self.mask_bias(mv, &bt), bt)
             } else {
-                scores = self.binary("add", scores, mb, &st);
-            }
+                (mv, mt)
+            };
+            let mb = self.broadcast_trailing(mv, &mt, &st)?;
+            scores = self.binary("add", scores, mb, &st);
         }
-        let p = self.softmax(scores, &st, r as i64 - 1, false);
+        // softmax without the division: e = exp(scores - max), out = (e·v) / Σe.
+        let dim = r as i64 - 1;
+        let rt = st.without(&[dim]);
+        let keep_dims = iota_list(r - 1);
+        let sc = Ty::scalar(st.dt);
+        let lowest = self.splat(&sc, Lit::Lowest);
+        let mx = self.reduce_applies(scores, &st, lowest, "maximum", &[dim], &rt);
+        let mxb = self.broadcast_in_dim(mx, &rt, &keep_dims, &st);
+        let shifted = self.binary("subtract", scores, mxb, &st);
+        let e = self.unary("exponential", shifted, &st);
+        let zero = self.splat(&sc, Lit::I(0));
+        let sum = self.reduce_applies(e, &st, zero, "add", &[dim], &rt);
         let mut ot = tq.clone();
         ot.dims[r - 1] = tv.dims[r - 1];
-        Ok(self.dot_general(
-            p,
-            v,
-            (&st, tv),
-            (&batch, &batch),
-            (&last, &[nb as i64]),
-            None,
-            &ot,
-        ))
+        let ev = self.dot_general(e, v, (&st, tv), (&batch, &batch), (&last, &[nb as i64]), None, &ot);
+        let sb = self.broadcast_in_dim(sum, &rt, &keep_dims, &ot);
+        Ok(self.binary("divide", ev, sb, &ot))
+    }
+
+    /// `select(keep, 0, -inf)` of type `ty` (the additive form of a boolean mask).
+    fn mask_bias(&mut self, keep: V, ty: &Ty) -> V {
+        let zero = self.splat(ty, Lit::F(0.0));
+        let ninf = self.splat(ty, Lit::Lowest);
+        self.select(keep, zero, ninf, ty)
     }
 }
