@@ -3,9 +3,11 @@
 Per call:
   weights   for each parameter/buffer/constant argument, re-upload only if the tensor object,
             its version counter or its storage address changed since the last upload
-  inputs    contiguous CPU tensors are passed to Rust as (address, byte size) and read in place
-  outputs   Rust-owned result bytes wrapped by torch.frombuffer (no copy), viewed with the
-            graph's dtype and shape; re-strided when the graph's output is not contiguous
+  inputs    contiguous CPU tensors are passed to Rust as (address, byte size); on the CPU plugin
+            the executable reads them in place
+  outputs   Rust-owned result bytes (on the CPU plugin: the output buffers' own memory) wrapped
+            by torch.frombuffer (no copy), viewed with the graph's dtype and shape; re-strided
+            when the graph's output is not contiguous
 """
 
 from __future__ import annotations

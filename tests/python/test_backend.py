@@ -202,6 +202,46 @@ def test_non_contiguous_inputs():
         assert torch.allclose(g, w, rtol=1e-6, atol=1e-6) if g.is_floating_point() else torch.equal(g, w), i
 
 
+class Affine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x)) * 2.0
+
+
+def test_results_are_independent_of_later_calls_and_of_the_inputs():
+    # Inputs are read in place and results handed over without a copy: a result must not change
+    # when the caller mutates it, mutates the input, or calls again.
+    model = Affine()
+    with torch.no_grad():
+        f = torch.compile(model, backend="tpuc")
+        x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
+        r1 = f(x1)
+        want1 = model(x1).clone()
+        x1.fill_(100.0)
+        r2 = f(x2)
+        assert torch.allclose(r1, want1, rtol=1e-6, atol=1e-6)
+        r2.add_(1.0)  # results are writable tensors the caller owns
+        r3 = f(x2)
+        assert torch.allclose(r3, model(x2), rtol=1e-6, atol=1e-6)
+        assert torch.allclose(r2, r3 + 1.0, rtol=1e-6, atol=1e-6)
+        assert r1.data_ptr() != r3.data_ptr()
+
+
+def test_unaligned_contiguous_inputs():
+    # A contiguous view at an odd byte offset: the plugin cannot use it in place and copies.
+    model = Affine()
+    storage = torch.randn(4 * 8 + 1)
+    x = storage[1:].view(4, 8)
+    assert x.is_contiguous() and x.data_ptr() % 16 != 0
+    with torch.no_grad():
+        got = torch.compile(model, backend="tpuc")(x)
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_new_shapes_compile_once_per_shape():
     import make_fixtures as mf
 
