@@ -28,6 +28,7 @@ pub mod precision;
 pub mod sdpa_guard;
 pub mod transpose_dot;
 pub mod util;
+pub mod weights_lhs;
 
 pub use inline_weights::InlineWeights;
 pub use manager::{format_timings, Pass, PassError, PassManager, PassTiming};
@@ -131,6 +132,7 @@ pub const REGISTRY: &[PassInfo] = &[
     PassInfo { name: "dce", summary: "remove unused pure ops" },
     PassInfo { name: "sdpa-guard", summary: "drop the fully-masked-row guard of decomposed attention when the mask keeps a key in every row" },
     PassInfo { name: "transpose-into-dot", summary: "transposes feeding dot_general → its dimension numbers" },
+    PassInfo { name: "weights-lhs", summary: "x · wᵀ with the larger w → (w · xᵀ)ᵀ (XLA CPU repacks a matmul's rhs on every call)" },
     PassInfo { name: "fuse", summary: "attention, rope, gelu, layer/rms norm, softmax, log-softmax, silu, swiglu → stablehlo.composite" },
     PassInfo { name: "narrow-64bit", summary: "TPU legalization: f64 as f32, i64 that fits as i32, converts at the boundary" },
     PassInfo { name: "precision", summary: "dot/convolution precision config from the policy (--precision, else per target)" },
@@ -159,6 +161,7 @@ pub fn create_pass<'w>(
         "sdpa-guard" => Box::new(sdpa_guard::SdpaGuard),
         "transpose-into-dot" => Box::new(transpose_dot::TransposeIntoDot),
         "narrow-64bit" => Box::new(narrow_64bit::Narrow64::default()),
+        "weights-lhs" => Box::new(weights_lhs::WeightsLhs),
         "fuse" => Box::new(fuse::Fuse),
         "precision" => Box::new(precision::SetPrecision { precision: options.precision() }),
         "bf16" => Box::new(bf16::Bf16Matmuls),
@@ -206,6 +209,12 @@ pub fn default_pipeline(options: &PipelineOptions) -> Vec<&'static str> {
     //    chains). On TPU XLA assigns layouts itself; on CPU see TRANSPOSE_INTO_DOT_ON_CPU.
     if tpu || TRANSPOSE_INTO_DOT_ON_CPU {
         p.push("transpose-into-dot");
+    }
+    // 7b. CPU only: the larger matmul operand (the weight) as the lhs, after
+    //     `transpose-into-dot` has turned transposed weights into `[1]x[1]` dots. On TPU XLA
+    //     chooses operand layouts itself.
+    if !tpu {
+        p.push("weights-lhs");
     }
     // 8. Precision once the structure is final, composite bodies included; `bf16` first so
     //    `precision` sees the final operand types.
