@@ -348,6 +348,27 @@ impl Emitter<'_> {
         self.need_real_float(tq)?;
         let r = tq.rank();
         let nb = r - 2;
+        // Several batch dims ([B, H, L, E]) as one ([B·H, L, E]): XLA CPU runs a batched
+        // matmul with one batch dim (and the head split feeding it) much faster than with two.
+        // Measured (jaxlib 0.10.2, 2 cores, shuffled multi-process medians) on the GPT-2 block
+        // written by hand: 1.040 → 0.967 of torch_xla's time. Reshapes of the operands and the
+        // result only; the matmuls, softmax and their sums are the same.
+        if nb >= 2 && mask.is_none() {
+            let flat = |t: &Ty| {
+                let b: i64 = t.dims[..nb].iter().product();
+                Ty::new(t.dt, &[b, t.dims[nb], t.dims[nb + 1]])
+            };
+            let (fq, fk, fv) = (flat(tq), flat(tk), flat(tv));
+            let q3 = self.reshape(q, tq, &fq);
+            let k3 = self.reshape(k, tk, &fk);
+            let v3 = self.reshape(v, tv, &fv);
+            let o3 = self.attention((q3, k3, v3), (&fq, &fk, &fv), None, scale, causal)?;
+            let mut ot = tq.clone();
+            ot.dims[r - 1] = tv.dims[r - 1];
+            let mut fo = fq.clone();
+            fo.dims[2] = tv.dims[r - 1];
+            return Ok(self.reshape(o3, &fo, &ot));
+        }
         let batch = iota_list(nb);
         let (l, s_len) = (tq.dims[r - 2], tk.dims[r - 2]);
         let mut st = tq.clone();
