@@ -8,13 +8,16 @@
 //! into the consumer (a bias add, GELU, the residual add or attention's head-split copy all
 //! read it through their own loop), so no separate copy appears. Measured (XLA CPU plugin of
 //! jaxlib 0.10.2, 2 cores, interleaved medians): 12 GPT-2-small layers at seq 128, 139 → 123
-//! ms as exported, 138 → 126 ms after `run_decompositions()` (rank-2 matmuls); the
-//! d_model-256 block, where the weights are small, within noise (about -2%).
+//! ms as exported, 138 → 126 ms after `run_decompositions()` (rank-2 matmuls). The
+//! d_model-256 block, whose weights (0.25-1 MB) stay in the 2 MB L2, is faster without the
+//! swap once its other kernels run on both threads, so small weights stay the rhs
+//! (`MIN_WEIGHT_ELEMENTS`).
 //!
 //! Needs: a verified module; run after `transpose-into-dot` (so a weight read through a
 //! transpose is already a `[N, K]` rhs contracting its dim 1).
 //! Guarantees: every `dot_general` without batch dims whose rhs is rank 2, contracts the rhs's
-//! dim 1 and the lhs's last dim, and has more elements than the lhs, is replaced by
+//! dim 1 and the lhs's last dim, and has more elements than the lhs and at least
+//! `MIN_WEIGHT_ELEMENTS`, is replaced by
 //! `transpose(dot_general(rhs, lhs), [1, .., r-1, 0])` with the same attributes (precision)
 //! (for a rank-2 lhs, `reshape(transpose(reshape(dot_general(rhs, lhs), [N, 1, M])))`);
 //! the result type is unchanged and so is the math (the same products and sums; the backend
@@ -44,7 +47,14 @@ fn applies(m: &Module, dot: OpId) -> bool {
         && ints(a, "rhs_contracting_dimensions") == [1]
         && ints(a, "lhs_contracting_dimensions") == [lr - 1]
         && rn > ln
+        && rn >= MIN_WEIGHT_ELEMENTS
 }
+
+/// The smallest weight swapped (2 MB of f32). Measured (jaxlib 0.10.2, 2 cores, shuffled
+/// multi-process medians): the GPT-2 block's weights (0.25-1 MB) run faster as the rhs (with
+/// `parallel-loops` and single-batch-dim attention, 1.046 → 0.971 of torch_xla's time),
+/// GPT-2-small's (2.4-9 MB) faster as the lhs (see the header).
+pub const MIN_WEIGHT_ELEMENTS: i64 = 512 * 1024;
 
 fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
     let fail = |e| crate::failed("weights-lhs", e);
