@@ -24,7 +24,6 @@ pub mod fuse;
 pub mod inline_weights;
 mod manager;
 pub mod narrow_64bit;
-pub mod parallel_loops;
 pub mod precision;
 pub mod sdpa_guard;
 pub mod transpose_dot;
@@ -134,7 +133,6 @@ pub const REGISTRY: &[PassInfo] = &[
     PassInfo { name: "sdpa-guard", summary: "drop the fully-masked-row guard of decomposed attention when the mask keeps a key in every row" },
     PassInfo { name: "transpose-into-dot", summary: "transposes feeding dot_general → its dimension numbers" },
     PassInfo { name: "weights-lhs", summary: "x · wᵀ with the larger w → (w · xᵀ)ᵀ (XLA CPU repacks a matmul's rhs on every call)" },
-    PassInfo { name: "parallel-loops", summary: "XLA CPU: always-true selects on small matmul activations, so XLA splits their loop kernel over threads" },
     PassInfo { name: "fuse", summary: "attention, rope, gelu, layer/rms norm, softmax, log-softmax, silu, swiglu → stablehlo.composite" },
     PassInfo { name: "narrow-64bit", summary: "TPU legalization: f64 as f32, i64 that fits as i32, converts at the boundary" },
     PassInfo { name: "precision", summary: "dot/convolution precision config from the policy (--precision, else per target)" },
@@ -164,7 +162,6 @@ pub fn create_pass<'w>(
         "transpose-into-dot" => Box::new(transpose_dot::TransposeIntoDot),
         "narrow-64bit" => Box::new(narrow_64bit::Narrow64::default()),
         "weights-lhs" => Box::new(weights_lhs::WeightsLhs),
-        "parallel-loops" => Box::new(parallel_loops::ParallelLoops),
         "fuse" => Box::new(fuse::Fuse),
         "precision" => Box::new(precision::SetPrecision { precision: options.precision() }),
         "bf16" => Box::new(bf16::Bf16Matmuls),
@@ -180,9 +177,6 @@ pub fn create_pass<'w>(
 /// (equal within noise), 128x768x768 1781 vs 1675 µs and 128x768x3072 6680 vs 6609 µs (the
 /// folded dot slightly faster). It never measured slower, so CPU folds too.
 pub const TRANSPOSE_INTO_DOT_ON_CPU: bool = true;
-
-/// Whether the CPU pipeline ends with `parallel-loops` (see its header for the measurements).
-pub const PARALLEL_LOOPS_ON_CPU: bool = true;
 
 /// The default pipeline for `options` (without `inline-weights`, which the driver puts first
 /// when asked). Every ordering constraint is commented.
@@ -233,10 +227,6 @@ pub fn default_pipeline(options: &PipelineOptions) -> Vec<&'static str> {
     }
     // 9. Whatever the passes above left: converts of constant weights, dead transposes.
     p.push("canonicalize");
-    // 10. CPU only, last: canonicalize would fold its always-true selects away.
-    if !tpu && PARALLEL_LOOPS_ON_CPU {
-        p.push("parallel-loops");
-    }
     p
 }
 
