@@ -8,10 +8,10 @@
 //! into the consumer (a bias add, GELU, the residual add or attention's head-split copy all
 //! read it through their own loop), so no separate copy appears. Measured (XLA CPU plugin of
 //! jaxlib 0.10.2, 2 cores, interleaved medians): 12 GPT-2-small layers at seq 128, 139 → 123
-//! ms as exported, 138 → 126 ms after `run_decompositions()` (rank-2 matmuls). The
-//! d_model-256 block, whose weights (0.25-1 MB) stay in the 2 MB L2, is faster without the
-//! swap once its other kernels run on both threads, so small weights stay the rhs
-//! (`MIN_WEIGHT_ELEMENTS`).
+//! ms as exported, 138 → 126 ms after `run_decompositions()` (rank-2 matmuls). Weights that
+//! stay in the 2 MB L2 gain nothing (the d_model-256 block, weights 0.25-1 MB: 1.10 of
+//! torch_xla's time swapped, 1.09 not, shuffled multi-process medians), so small weights stay
+//! the rhs (`MIN_WEIGHT_ELEMENTS`).
 //!
 //! Needs: a verified module; run after `transpose-into-dot` (so a weight read through a
 //! transpose is already a `[N, K]` rhs contracting its dim 1).
