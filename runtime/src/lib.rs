@@ -40,7 +40,8 @@ pub use error::{Error, ErrorCode, Result};
 pub use executable::{Executable, LoadedExecutable, Program};
 pub use options::{CompileOptions, OptionOverride};
 pub use plugin::{
-    libtpu_environment, libtpu_log_dir, tpu_topology_options, ApiVersion, Plugin, SUPPORTED_API,
+    libtpu_environment, libtpu_log_dir, tpu_chips_in, tpu_topology_options, ApiVersion, Plugin,
+    SUPPORTED_API,
 };
 pub use topology::Topology;
 pub use types::{

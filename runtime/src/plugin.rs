@@ -203,9 +203,12 @@ pub fn libtpu_log_dir() -> PathBuf {
     }
 }
 
-/// Sets what libtpu reads when it loads, unless already set: `ALLOW_MULTIPLE_LIBTPU_LOAD=1`
-/// (no `/tmp/libtpu_lockfile`), `TPU_SKIP_MDS_QUERY=1` (no GCE metadata lookups) and
-/// `TPU_LOG_DIR=`[`libtpu_log_dir`] (no `/tmp/tpu_logs`), creating the log folder.
+/// Sets what libtpu reads when it loads, unless already set: `TPU_LOG_DIR=`[`libtpu_log_dir`]
+/// (no `/tmp/tpu_logs`), creating the log folder; and on a host without TPU chips (compiling
+/// for a topology only) `ALLOW_MULTIPLE_LIBTPU_LOAD=1` (no `/tmp/libtpu_lockfile`, so several
+/// compiling processes can load it) and `TPU_SKIP_MDS_QUERY=1` (no GCE metadata lookups, which
+/// time out off Google Cloud). On a TPU VM those two keep libtpu's defaults: it needs the
+/// metadata to find its chips, and the lock file to keep a second process off them.
 ///
 /// Called by [`Plugin::load`] before libtpu is opened. Setting the environment races with C
 /// code reading it on other threads; a process that has already started other plugins'
@@ -214,14 +217,56 @@ pub fn libtpu_environment() -> std::result::Result<(), String> {
     let dir = libtpu_log_dir();
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create TPU_LOG_DIR {}: {e}", dir.display()))?;
-    for (var, value) in [
-        ("ALLOW_MULTIPLE_LIBTPU_LOAD", std::ffi::OsString::from("1")),
-        ("TPU_SKIP_MDS_QUERY", "1".into()),
-        ("TPU_LOG_DIR", dir.into_os_string()),
-    ] {
+    let mut vars = vec![("TPU_LOG_DIR", dir.into_os_string())];
+    if !tpu_chips_in(Path::new("/dev")) {
+        vars.push(("ALLOW_MULTIPLE_LIBTPU_LOAD", "1".into()));
+        vars.push(("TPU_SKIP_MDS_QUERY", "1".into()));
+    }
+    for (var, value) in vars {
         if std::env::var_os(var).is_none() {
             std::env::set_var(var, value);
         }
     }
     Ok(())
+}
+
+/// Whether the device folder `dev` shows TPU chips: `accel<N>` nodes (TPU v2-v5e) or numbered
+/// VFIO groups under `vfio/` (v5p, v6e).
+pub fn tpu_chips_in(dev: &Path) -> bool {
+    let numbered = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let any = |dir: &Path, prefix: &str| {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| numbered(&e.file_name().to_string_lossy(), prefix))
+        })
+    };
+    any(dev, "accel") || any(&dev.join("vfio"), "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tpu_chips_in;
+
+    #[test]
+    fn tpu_chips_are_accel_nodes_or_numbered_vfio_groups() {
+        let root = std::env::temp_dir().join(format!("tpuc-dev-{}", std::process::id()));
+        let dev = |name: &str| root.join(name);
+        for d in ["none", "accel", "vfio/vfio", "vfio_group/vfio"] {
+            std::fs::create_dir_all(dev(d)).unwrap();
+        }
+        // A host without chips: neither kind of node (the VFIO control node alone is not one).
+        std::fs::write(dev("none/accelerometer"), b"").unwrap();
+        assert!(!tpu_chips_in(&dev("none")));
+        assert!(!tpu_chips_in(&dev("vfio")));
+        std::fs::write(dev("accel/accel0"), b"").unwrap();
+        assert!(tpu_chips_in(&dev("accel")));
+        std::fs::write(dev("vfio_group/vfio/0"), b"").unwrap();
+        assert!(tpu_chips_in(&dev("vfio_group")));
+        assert!(!tpu_chips_in(&root.join("missing")));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
