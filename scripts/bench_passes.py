@@ -7,20 +7,25 @@ without fusion (`--no-fusion`) and with the default pipeline, prints a table of:
   - StableHLO ops: op lines in the whole module / in @main (composites count once in @main,
     their shared decomposition functions once each in the total);
   - pass time of `tpuc lower` (ms);
-  - XLA CPU plugin execution time, median of `tpuc run --repeat N` (weights resident);
+  - XLA CPU plugin execution time, median of `tpuc run --repeat N` (weights resident), taken
+    in `--rounds` rounds that run the three variants of a model in turn (the order reversed
+    every other round) and reported as the median over rounds, so that a burst of background
+    load does not land on one variant only;
   - libtpu's cost analysis for a v5e:2x2 topology (`tpuc compile --target tpu --json`, which
     runs the TPU pipeline): flops, bytes accessed, optimal_seconds where libtpu gives one.
 
 For reference (DESIGN.md / issue 6): torch_xla 2.9 emits 115 ops for a GPT-2 block (d_model 256,
 4 heads, seq 128) and 1,088 for the 12-layer model.
 
-Usage: bench_passes.py [--tpuc target/release/tpuc] [--runs 200] [--runs-12l 10] [--skip-12l]
+Usage: bench_passes.py [--tpuc target/release/tpuc] [--runs 200] [--runs-12l 10] [--rounds 3]
+                       [--skip-12l]
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,20 +63,22 @@ def op_counts(mlir):
     return total, main
 
 
-def measure(binary, model, inputs, extra, runs):
+def execute_us(binary, model, inputs, extra, runs):
+    out = tpuc(binary, "run", model, "--no-cache", "--inputs", *inputs, "--repeat", str(runs), *extra).stdout
+    return json.loads(out.splitlines()[0])["median_us"]["execute"]
+
+
+def measure(binary, model, extra):
     lowered = tpuc(binary, "lower", model, "--pass-timing", *extra)
     total, main = op_counts(lowered.stdout)
     m = re.search(r"pass timing: \d+ passes, ([0-9.]+) ms", lowered.stderr)
     pass_ms = float(m.group(1)) if m else 0.0
-    out = tpuc(binary, "run", model, "--no-cache", "--inputs", *inputs, "--repeat", str(runs), *extra).stdout
-    execute = json.loads(out.splitlines()[0])["median_us"]["execute"]
     tpu = json.loads(tpuc(binary, "compile", model, "--no-cache", "--target", "tpu", "--topology", "v5e:2x2", "--json", *extra).stdout)
     cost = tpu.get("cost", {})
     return {
         "ops": total,
         "main_ops": main,
         "pass_ms": pass_ms,
-        "cpu_us": execute,
         "flops": cost.get("flops"),
         "bytes": cost.get("bytes accessed"),
         "optimal_s": cost.get("optimal_seconds"),
@@ -87,6 +94,7 @@ def main():
     ap.add_argument("--tpuc", default=os.path.join(ROOT, "target", "release", "tpuc"))
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--runs-12l", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-12l", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tpuc-bench-passes-")
@@ -107,8 +115,14 @@ def main():
     print(hdr)
     print("|" + "---|" * (hdr.count("|") - 1))
     for name, form, path, inputs, runs in models:
-        for label, extra in CONFIGS:
-            r = measure(a.tpuc, path, inputs, extra, runs)
+        results = [measure(a.tpuc, path, extra) for _, extra in CONFIGS]
+        times = [[] for _ in CONFIGS]
+        for k in range(a.rounds):
+            order = list(range(len(CONFIGS)))
+            for i in order if k % 2 == 0 else order[::-1]:
+                times[i].append(execute_us(a.tpuc, path, inputs, CONFIGS[i][1], runs))
+        for (label, _), r, t in zip(CONFIGS, results, times):
+            r["cpu_us"] = statistics.median(t)
             print(
                 f"| {name} | {form} | {label} | {r['ops']} / {r['main_ops']} | {r['pass_ms']:.2f} | {r['cpu_us']:.1f} | "
                 f"{fmt(r['flops'], '.4g')} | {fmt(r['bytes'], '.4g')} | {fmt(r['optimal_s'], '.3g')} |",
