@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use tpuc_cache::{Cache, CacheConfig, Source, Tier, Tier2Config, Tier3Config};
 
-#[allow(dead_code)]
 #[path = "../tests/it/support.rs"]
 mod support;
 

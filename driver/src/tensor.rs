@@ -149,7 +149,8 @@ pub fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> Res
         if w != 0.0 {
             c.max_rel_err = c.max_rel_err.max(abs / w.abs());
         }
-        if !(abs <= atol + rtol * w.abs()) {
+        // A NaN tolerance or expected value makes the comparison unordered: a mismatch.
+        if !abs.partial_cmp(&(atol + rtol * w.abs())).is_some_and(|o| o.is_le()) {
             c.mismatches += 1;
             c.first_mismatch.get_or_insert((i, g, w));
         }

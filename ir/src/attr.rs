@@ -173,17 +173,17 @@ pub struct TensorData {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TensorDataError {
     #[error("tensor data needs a static type, got {0}")]
-    NotStatic(TensorType),
+    NotStatic(Box<TensorType>),
     #[error("tensor data for {ty} needs {expected} bytes, got {got}")]
-    WrongLength { ty: TensorType, expected: usize, got: usize },
+    WrongLength { ty: Box<TensorType>, expected: usize, got: usize },
 }
 
 impl TensorData {
     /// All elements. `bytes.len()` must equal the type's size.
     pub fn new(ty: TensorType, bytes: Bytes) -> Result<Self, TensorDataError> {
-        let expected = ty.size_bytes().ok_or_else(|| TensorDataError::NotStatic(ty.clone()))?;
+        let expected = ty.size_bytes().ok_or_else(|| TensorDataError::NotStatic(Box::new(ty.clone())))?;
         if bytes.len() != expected {
-            return Err(TensorDataError::WrongLength { ty, expected, got: bytes.len() });
+            return Err(TensorDataError::WrongLength { ty: Box::new(ty), expected, got: bytes.len() });
         }
         Ok(TensorData { ty, bytes, splat: false })
     }
@@ -191,7 +191,7 @@ impl TensorData {
     /// One value repeated over a static type.
     pub fn splat(ty: TensorType, value: Scalar) -> Result<Self, TensorDataError> {
         if !ty.is_static() {
-            return Err(TensorDataError::NotStatic(ty));
+            return Err(TensorDataError::NotStatic(Box::new(ty)));
         }
         let bytes = Bytes::from(value.to_bytes(ty.dtype));
         Ok(TensorData { ty, bytes, splat: true })
@@ -200,11 +200,11 @@ impl TensorData {
     /// One element's raw bytes repeated over a static type.
     pub fn splat_bytes(ty: TensorType, element: Bytes) -> Result<Self, TensorDataError> {
         if !ty.is_static() {
-            return Err(TensorDataError::NotStatic(ty));
+            return Err(TensorDataError::NotStatic(Box::new(ty)));
         }
         let expected = ty.dtype.size_bytes();
         if element.len() != expected {
-            return Err(TensorDataError::WrongLength { ty, expected, got: element.len() });
+            return Err(TensorDataError::WrongLength { ty: Box::new(ty), expected, got: element.len() });
         }
         Ok(TensorData { ty, bytes: element, splat: true })
     }
