@@ -17,6 +17,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Per-call transfers without copies where the plugin allows: `Client::buffer_borrowing_host`
+//! lets an argument use host memory in place (the borrow ends when the buffer drops), and
+//! `Buffer::into_host_all` hands results over as `HostArray`s that own the device buffer's own
+//! host memory (the CPU plugin) or a copy (any other device).
+//!
 //! Layout: `ffi` holds the hand-written C declarations, `sys` every unsafe call (and the
 //! rules it keeps: each PJRT object freed once, errors read and destroyed, plugins never
 //! unloaded); the other modules are safe. All handles are `Send + Sync` (see `sys`).
