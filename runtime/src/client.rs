@@ -290,10 +290,12 @@ impl Buffer {
                 },
                 None => b.raw,
             };
-            copies.push((i, raw.start_to_host(dims.len(), size)?));
+            // The buffer stays alive until its copy has finished.
+            let pending = raw.start_to_host(dims.len(), size)?;
+            copies.push((i, pending, raw));
             out.push(None);
         }
-        for (i, pending) in copies {
+        for (i, pending, _buffer) in copies {
             out[i] = Some(HostArray(Host::Copied(pending.finish()?)));
         }
         Ok(out
