@@ -263,17 +263,9 @@ impl Buffer {
         self.raw.to_host(rank)
     }
 
-    /// Moves the array to the host: in place when the plugin keeps it in host memory, dense and
-    /// row-major (the CPU plugin: no copy, the buffer's memory is handed over), copied
-    /// otherwise. See [`Buffer::into_host_all`] for several buffers.
-    pub fn into_host(self) -> Result<HostArray> {
-        Ok(Buffer::into_host_all(vec![self])?
-            .pop()
-            .expect("one buffer in, one array out"))
-    }
-
-    /// [`Buffer::into_host`] for several buffers; the ones that need a copy have their copies in
-    /// flight at once.
+    /// Moves arrays to the host: each in place when the plugin keeps it in host memory, dense
+    /// and row-major (the CPU plugin: no copy, the buffer's memory is handed over), copied
+    /// otherwise, with all the copies in flight at once.
     pub fn into_host_all(buffers: Vec<Buffer>) -> Result<Vec<HostArray>> {
         let mut out: Vec<Option<HostArray>> = Vec::with_capacity(buffers.len());
         let mut copies = Vec::new();
@@ -302,18 +294,6 @@ impl Buffer {
             .into_iter()
             .map(|a| a.expect("every array filled"))
             .collect())
-    }
-
-    /// Copies several buffers to the host with all copies in flight at once (one wait per
-    /// buffer, but no copy waits for the previous one). Same result as `to_host` on each.
-    pub fn to_host_all(buffers: &[&Buffer]) -> Result<Vec<Vec<u8>>> {
-        let mut pending = Vec::with_capacity(buffers.len());
-        for b in buffers {
-            let dims = b.raw.dims()?;
-            let size = dense_size(&b.raw, &dims)?;
-            pending.push(b.raw.start_to_host(dims.len(), size)?);
-        }
-        pending.into_iter().map(|p| p.finish()).collect()
     }
 }
 

@@ -1140,8 +1140,13 @@ impl RawBuffer {
         // buffer, which is alive.
         let row_major = unsafe {
             let tiled = layout.layout.layout.tiled;
-            let m2m = copy_slice(tiled.minor_to_major, tiled.minor_to_major_size);
-            tiled.num_tiles == 0 && m2m.iter().rev().copied().eq(0..m2m.len() as i64)
+            let n = tiled.minor_to_major_size;
+            let m2m: &[i64] = if n == 0 || tiled.minor_to_major.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(tiled.minor_to_major, n)
+            };
+            tiled.num_tiles == 0 && m2m.iter().rev().copied().eq(0..n as i64)
         };
         if !row_major {
             return Ok(None);
