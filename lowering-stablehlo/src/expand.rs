@@ -227,16 +227,9 @@ impl Emitter<'_> {
 
     /// softmax (or log_softmax) along `dim`, in the input dtype.
     pub fn softmax(&mut self, x: V, ty: &Ty, dim: i64, log: bool) -> V {
+        let (shifted, e, sum) = self.softmax_parts(x, ty, dim);
         let rt = ty.without(&[dim]);
-        let keep: SmallVec<[i64; 6]> = (0..ty.rank() as i64).filter(|&i| i != dim).collect();
-        let s = Ty::scalar(ty.dt);
-        let lowest = self.splat(&s, Lit::Lowest);
-        let mx = self.reduce_applies(x, ty, lowest, "maximum", &[dim], &rt);
-        let mxb = self.broadcast_in_dim(mx, &rt, &keep, ty);
-        let shifted = self.binary("subtract", x, mxb, ty);
-        let e = self.unary("exponential", shifted, ty);
-        let zero = self.splat(&s, Lit::I(0));
-        let sum = self.reduce_applies(e, ty, zero, "add", &[dim], &rt);
+        let keep = keep_dims(ty, dim);
         if log {
             let ls = self.unary("log", sum, &rt);
             let lsb = self.broadcast_in_dim(ls, &rt, &keep, ty);
@@ -245,6 +238,22 @@ impl Emitter<'_> {
             let sb = self.broadcast_in_dim(sum, &rt, &keep, ty);
             self.binary("divide", e, sb, ty)
         }
+    }
+
+    /// The unnormalized parts of a softmax along `dim`: `x - max`, `e = exp(x - max)` and
+    /// `Σ e` (of type `ty` without `dim`).
+    fn softmax_parts(&mut self, x: V, ty: &Ty, dim: i64) -> (V, V, V) {
+        let rt = ty.without(&[dim]);
+        let keep = keep_dims(ty, dim);
+        let s = Ty::scalar(ty.dt);
+        let lowest = self.splat(&s, Lit::Lowest);
+        let mx = self.reduce_applies(x, ty, lowest, "maximum", &[dim], &rt);
+        let mxb = self.broadcast_in_dim(mx, &rt, &keep, ty);
+        let shifted = self.binary("subtract", x, mxb, ty);
+        let e = self.unary("exponential", shifted, ty);
+        let zero = self.splat(&s, Lit::I(0));
+        let sum = self.reduce_applies(e, ty, zero, "add", &[dim], &rt);
+        (shifted, e, sum)
     }
 
     /// gelu: 0.5·x·(1 + erf(x/√2)), or with `tanh`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
@@ -404,20 +413,12 @@ impl Emitter<'_> {
         }
         // softmax without the division: e = exp(scores - max), out = (e·v) / Σe.
         let dim = r as i64 - 1;
+        let (_, e, sum) = self.softmax_parts(scores, &st, dim);
         let rt = st.without(&[dim]);
-        let keep_dims = iota_list(r - 1);
-        let sc = Ty::scalar(st.dt);
-        let lowest = self.splat(&sc, Lit::Lowest);
-        let mx = self.reduce_applies(scores, &st, lowest, "maximum", &[dim], &rt);
-        let mxb = self.broadcast_in_dim(mx, &rt, &keep_dims, &st);
-        let shifted = self.binary("subtract", scores, mxb, &st);
-        let e = self.unary("exponential", shifted, &st);
-        let zero = self.splat(&sc, Lit::I(0));
-        let sum = self.reduce_applies(e, &st, zero, "add", &[dim], &rt);
         let mut ot = tq.clone();
         ot.dims[r - 1] = tv.dims[r - 1];
         let ev = self.dot_general(e, v, (&st, tv), (&batch, &batch), (&last, &[nb as i64]), None, &ot);
-        let sb = self.broadcast_in_dim(sum, &rt, &keep_dims, &ot);
+        let sb = self.broadcast_in_dim(sum, &rt, &keep_dims(&ot, dim), &ot);
         Ok(self.binary("divide", ev, sb, &ot))
     }
 
@@ -427,4 +428,9 @@ impl Emitter<'_> {
         let ninf = self.splat(ty, Lit::Lowest);
         self.select(keep, zero, ninf, ty)
     }
+}
+
+/// Every dim of `ty` but `dim`, in order: how a reduction over `dim` broadcasts back.
+fn keep_dims(ty: &Ty, dim: i64) -> SmallVec<[i64; 6]> {
+    (0..ty.rank() as i64).filter(|&i| i != dim).collect()
 }
