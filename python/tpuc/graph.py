@@ -188,12 +188,32 @@ class CompiledGraph:
             else:
                 t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
             if stride is not None:
-                t = torch.empty_strided(shape, stride, dtype=dtype).copy_(t)
+                t = _restride(t, shape, stride)
             outs.append(t)
         del keep
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
+
+
+def _restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
+    """`t` (dense, row-major) laid out with the strides eager gives the same output.
+
+    An expanded output (`expand`, `broadcast_to`, ...) has stride 0 along its broadcast dims:
+    its values repeat there, so one slice along each such dim is stored and the rest is a view
+    of it, as in eager. A layout whose elements overlap in other ways has no tensor to copy into;
+    it is returned dense (equal values, other strides).
+    """
+    base_shape = tuple(1 if st == 0 else n for n, st in zip(shape, stride))
+    if base_shape != tuple(shape):
+        for d, n in enumerate(base_shape):
+            if n == 1 and shape[d] != 1:
+                t = t.narrow(d, 0, 1)
+    base = torch.empty_strided(base_shape, stride, dtype=t.dtype)
+    if torch._C._debug_has_internal_overlap(base) != 0:
+        return t.expand(shape) if base_shape != tuple(shape) else t
+    base.copy_(t)
+    return base if base_shape == tuple(shape) else base.as_strided(shape, stride)
 
 
 class GraphModuleWrapper(torch.nn.Module):

@@ -191,6 +191,51 @@ def test_output_dtypes_shapes_and_strides_match_eager():
         assert torch.allclose(g, w, rtol=1e-6, atol=1e-6) if g.is_floating_point() else torch.equal(g, w), i
 
 
+class Expanded(nn.Module):
+    def forward(self, x, y):
+        a = x.expand(4, 3, 5)                      # stride 0 on dim 0
+        b = y.expand_as(a)                         # strides 0 on dims 0 and 1
+        c = torch.broadcast_to(x * 2.0, (2, 3, 5))
+        d, e = torch.broadcast_tensors(x, y)
+        return a, b, c, d, e
+
+
+def test_expanded_outputs_keep_eager_strides():
+    # Outputs that are expanded views have zero strides; the result must be a view of one
+    # stored slice, as in eager (not a copy into overlapping memory, which torch refuses).
+    x = torch.randn(3, 5)
+    y = torch.randn(5)
+    model = Expanded()
+    with torch.no_grad():
+        got = torch.compile(model, backend="tpuc", options={"strict": True})(x, y)
+        want = model(x, y)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g.shape, g.stride()) == (w.shape, w.stride()), i
+        assert torch.equal(g, w), i
+
+
+def test_expanded_output_in_training():
+    # The backward of an expanded output (as in a BERT's position ids or attention bias).
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(1, 6))
+
+        def forward(self, x):
+            return self.w.expand(x.shape[0], 6), (x * self.w).sum()
+
+    x = torch.randn(4, 6)
+    model = M()
+    eager = M()
+    eager.load_state_dict(model.state_dict())
+    got = torch.compile(model, backend="tpuc", options={"strict": True})(x)
+    want = eager(x)
+    assert got[0].stride() == want[0].stride()
+    (got[0].sum() + got[1]).backward()
+    (want[0].sum() + want[1]).backward()
+    assert torch.allclose(model.w.grad, eager.w.grad, rtol=1e-6, atol=1e-6)
+
+
 def test_non_contiguous_inputs():
     base = torch.randn(5, 3)
     model = Mixed()
