@@ -682,8 +682,8 @@ pub fn run(
 fn result_types(module: &Module) -> Vec<TensorType> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
-    match module.blocks[entry].ops.last() {
-        Some(&ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
+    match module.terminator(entry) {
+        Some(ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
         None => Vec::new(),
     }
 }

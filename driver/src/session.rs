@@ -128,8 +128,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         })?;
         args.push(ArgInfo { name: info.name.clone(), kind: info.kind, ty, bytes });
     }
-    let results: Vec<TensorType> = match module.blocks[entry].ops.last() {
-        Some(&ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
+    let results: Vec<TensorType> = match module.terminator(entry) {
+        Some(ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
         None => Vec::new(),
     };
     if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {

@@ -54,7 +54,7 @@ fn every_fixture_imports_with_matching_signature() {
         }
         // outputs against the expected .npy files (None outputs of backward graphs included)
         assert_eq!(imp.outputs.len(), e.expected.len(), "{}: outputs", e.name);
-        let ret = imp.module.blocks[block].ops.last().copied().unwrap();
+        let ret = imp.module.terminator(block).unwrap();
         let results = imp.module.op(ret).operands.clone();
         assert_eq!(results.len(), f.results.len());
         for (k, (slot, want)) in imp.outputs.iter().zip(&e.expected).enumerate() {
@@ -71,7 +71,7 @@ fn every_fixture_imports_with_matching_signature() {
             }
         }
         // every op carries provenance
-        for &op in &imp.module.blocks[block].ops {
+        for op in imp.module.ops_in(block) {
             if imp.module.op(op).opcode != tpuc_ir::Opcode::Return {
                 let loc = imp.module.loc(op).unwrap_or_else(|| panic!("{}: op without loc", e.name));
                 assert!(loc.target.starts_with("torch.ops.") || loc.target.starts_with("_operator."), "{loc:?}");

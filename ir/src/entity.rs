@@ -15,29 +15,33 @@ pub trait EntityId: Copy + Eq + Ord + std::hash::Hash + fmt::Debug {
 macro_rules! entity_id {
     ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
         $(#[$meta])*
+        ///
+        /// Stored as the index plus one in a `NonZeroU32`, so `Option<Self>` is as small as
+        /// the id.
         #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(u32);
+        pub struct $name(std::num::NonZeroU32);
 
         impl $crate::entity::EntityId for $name {
             #[inline]
             fn new(index: usize) -> Self {
-                $name(u32::try_from(index).expect("entity arena overflow"))
+                let n = u32::try_from(index).ok().and_then(|i| i.checked_add(1)).expect("entity arena overflow");
+                $name(std::num::NonZeroU32::new(n).expect("index + 1 is non-zero"))
             }
             #[inline]
             fn index(self) -> usize {
-                self.0 as usize
+                (self.0.get() - 1) as usize
             }
         }
 
         impl std::fmt::Debug for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
+                write!(f, concat!($prefix, "{}"), $crate::entity::EntityId::index(*self))
             }
         }
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
+                write!(f, concat!($prefix, "{}"), $crate::entity::EntityId::index(*self))
             }
         }
     };

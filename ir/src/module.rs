@@ -3,8 +3,17 @@
 //!
 //! A module holds one or more functions (`main` first). A function's body is a region with one
 //! block whose arguments are the function's inputs and whose last op is `return`. Ops may own
-//! regions (each a list of blocks ending in `yield`). Everything is addressed by typed ids; a
-//! block keeps its ops in order in a `Vec`.
+//! regions (each a list of blocks ending in `yield`). Everything is addressed by typed ids.
+//!
+//! Mutation is O(1) amortised, as in Cranelift's layout and MLIR's use lists:
+//! - a block keeps its ops in a doubly linked list threaded through [`OpData`] (`prev`/`next`),
+//!   with sequence numbers for O(1) "comes before" ([`Module::is_before`]); inserting or
+//!   removing an op never shifts other ops;
+//! - every value keeps the list of its uses (op and operand index), so
+//!   [`Module::replace_all_uses`] touches only those uses. Operands change only through
+//!   [`Module::set_operand`] and the other methods here, and the verifier checks that the use
+//!   lists agree with the operands;
+//! - erased ops stay in the arena until [`Module::compact`] renumbers the live entities.
 
 use crate::attr::{Attr, Attrs, Scalar, TensorData};
 use crate::dtype::DType;
@@ -44,29 +53,66 @@ pub enum ValueDef {
     BlockArg { block: BlockId, index: u32 },
 }
 
+/// One use of a value: operand `index` of `op`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Use {
+    pub op: OpId,
+    pub index: u32,
+}
+
 #[derive(Clone, Debug)]
 pub struct ValueData {
     pub ty: TensorType,
     pub def: ValueDef,
+    /// Every operand that refers to this value, from ops that are not erased (attached or
+    /// detached), in no particular order.
+    uses: SmallVec<[Use; 2]>,
+}
+
+impl ValueData {
+    pub fn new(ty: TensorType, def: ValueDef) -> Self {
+        ValueData { ty, def, uses: SmallVec::new() }
+    }
 }
 
 #[derive(Clone, Debug)]
 pub struct OpData {
     pub opcode: Opcode,
+    /// Read freely; change only through [`Module::set_operand`] (use lists).
     pub operands: SmallVec<[ValueId; 3]>,
     pub results: SmallVec<[ValueId; 1]>,
     pub attrs: Attrs,
     pub regions: SmallVec<[RegionId; 1]>,
-    /// The block the op is in; `None` once detached.
+    /// The block the op is in; `None` while detached or once erased.
     pub block: Option<BlockId>,
+    prev: Option<OpId>,
+    next: Option<OpId>,
+    /// Position key within the block: increasing along the list.
+    seq: u64,
+    erased: bool,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct BlockData {
     pub args: Vec<ValueId>,
-    pub ops: Vec<OpId>,
+    first: Option<OpId>,
+    last: Option<OpId>,
+    len: usize,
     /// The region owning the block.
     pub region: Option<RegionId>,
+}
+
+impl BlockData {
+    pub fn new(region: Option<RegionId>) -> Self {
+        BlockData { region, ..Default::default() }
+    }
+    /// Number of ops in the block.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -75,6 +121,48 @@ pub struct RegionData {
     /// The op owning the region; `None` for a function body.
     pub parent: Option<OpId>,
 }
+
+/// Spacing of sequence numbers given to appended ops; inserts between two ops take the
+/// midpoint until no integer is left, then the block is renumbered.
+const SEQ_GAP: u64 = 1 << 20;
+
+/// The ops of a block in order (follows the links; see [`Module::ops_in`]).
+pub struct OpIter<'m> {
+    m: &'m Module,
+    next: Option<OpId>,
+    back: Option<OpId>,
+    left: usize,
+}
+
+impl Iterator for OpIter<'_> {
+    type Item = OpId;
+    fn next(&mut self) -> Option<OpId> {
+        if self.left == 0 {
+            return None;
+        }
+        let op = self.next?;
+        self.left -= 1;
+        self.next = self.m.ops[op].next;
+        Some(op)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl DoubleEndedIterator for OpIter<'_> {
+    fn next_back(&mut self) -> Option<OpId> {
+        if self.left == 0 {
+            return None;
+        }
+        let op = self.back?;
+        self.left -= 1;
+        self.back = self.m.ops[op].prev;
+        Some(op)
+    }
+}
+
+impl ExactSizeIterator for OpIter<'_> {}
 
 /// Where an op came from in the user's program.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -228,11 +316,11 @@ impl Module {
     /// is empty: append ops and finish with `return`.
     pub fn add_func(&mut self, name: &str, args: Vec<(TensorType, ArgInfo)>) -> (usize, BlockId) {
         let region = self.regions.push(RegionData::default());
-        let block = self.blocks.push(BlockData { region: Some(region), ..Default::default() });
+        let block = self.blocks.push(BlockData::new(Some(region)));
         self.regions[region].blocks.push(block);
         let mut infos = Vec::with_capacity(args.len());
         for (i, (ty, info)) in args.into_iter().enumerate() {
-            let v = self.values.push(ValueData { ty, def: ValueDef::BlockArg { block, index: i as u32 } });
+            let v = self.values.push(ValueData::new(ty, ValueDef::BlockArg { block, index: i as u32 }));
             self.blocks[block].args.push(v);
             infos.push(info);
         }
@@ -249,6 +337,11 @@ impl Module {
         self.regions[func.body].blocks[0]
     }
 
+    /// The last op of a block (its terminator in a well-formed module).
+    pub fn terminator(&self, block: BlockId) -> Option<OpId> {
+        self.blocks[block].last
+    }
+
     /// The `main` function (or the first one).
     pub fn main_func(&self) -> Option<&Func> {
         self.func("main").or_else(|| self.funcs.first())
@@ -257,10 +350,10 @@ impl Module {
     /// Adds a region (with one block having `arg_types`) to be attached to an op.
     pub fn new_region(&mut self, arg_types: &[TensorType]) -> (RegionId, BlockId) {
         let region = self.regions.push(RegionData::default());
-        let block = self.blocks.push(BlockData { region: Some(region), ..Default::default() });
+        let block = self.blocks.push(BlockData::new(Some(region)));
         self.regions[region].blocks.push(block);
         for (i, ty) in arg_types.iter().enumerate() {
-            let v = self.values.push(ValueData { ty: ty.clone(), def: ValueDef::BlockArg { block, index: i as u32 } });
+            let v = self.values.push(ValueData::new(ty.clone(), ValueDef::BlockArg { block, index: i as u32 }));
             self.blocks[block].args.push(v);
         }
         (region, block)
@@ -326,9 +419,19 @@ impl Module {
             attrs,
             regions: regions.into(),
             block: None,
+            prev: None,
+            next: None,
+            seq: 0,
+            erased: false,
         });
+        for (i, &v) in operands.iter().enumerate() {
+            // The parser may hand over ids that name no value; the verifier reports them.
+            if self.values.is_valid(v) {
+                self.values[v].uses.push(Use { op, index: i as u32 });
+            }
+        }
         for (i, ty) in result_types.into_iter().enumerate() {
-            let v = self.values.push(ValueData { ty, def: ValueDef::Result { op, index: i as u32 } });
+            let v = self.values.push(ValueData::new(ty, ValueDef::Result { op, index: i as u32 }));
             self.ops[op].results.push(v);
         }
         for &r in regions {
@@ -337,48 +440,324 @@ impl Module {
         op
     }
 
+    // ---------------------------------------------------------------- layout
+
+    /// The ops of `block` in order. The iterator borrows the module: collect it (or use
+    /// [`Module::block_ops`]) to edit the block while walking.
+    pub fn ops_in(&self, block: BlockId) -> OpIter<'_> {
+        let b = &self.blocks[block];
+        OpIter { m: self, next: b.first, back: b.last, left: b.len }
+    }
+
+    /// Ops of a block in order (a snapshot, so the block may be edited while iterating).
+    pub fn block_ops(&self, block: BlockId) -> Vec<OpId> {
+        self.ops_in(block).collect()
+    }
+
+    pub fn first_op(&self, block: BlockId) -> Option<OpId> {
+        self.blocks[block].first
+    }
+
+    /// The op after `op` in its block.
+    pub fn next_op(&self, op: OpId) -> Option<OpId> {
+        self.ops[op].next
+    }
+
+    /// The op before `op` in its block.
+    pub fn prev_op(&self, op: OpId) -> Option<OpId> {
+        self.ops[op].prev
+    }
+
+    /// True if `a` comes before `b`; both must be in the same block.
+    pub fn is_before(&self, a: OpId, b: OpId) -> bool {
+        debug_assert_eq!(self.ops[a].block, self.ops[b].block);
+        self.ops[a].seq < self.ops[b].seq
+    }
+
     /// Appends a detached op at the end of `block`.
     pub fn append_op(&mut self, block: BlockId, op: OpId) {
-        self.ops[op].block = Some(block);
-        self.blocks[block].ops.push(op);
+        let last = self.blocks[block].last;
+        self.link(block, op, last, None);
     }
 
-    /// Inserts a detached op before position `index` of `block`.
-    pub fn insert_op(&mut self, block: BlockId, index: usize, op: OpId) {
-        self.ops[op].block = Some(block);
-        self.blocks[block].ops.insert(index, op);
+    /// Inserts a detached op just before `before` (in `before`'s block).
+    pub fn insert_op_before(&mut self, before: OpId, op: OpId) {
+        let block = self.ops[before].block.expect("insert before an attached op");
+        let prev = self.ops[before].prev;
+        self.link(block, op, prev, Some(before));
     }
 
-    /// Removes an op from its block (its results must be unused).
-    pub fn detach_op(&mut self, op: OpId) {
-        if let Some(b) = self.ops[op].block.take() {
-            self.blocks[b].ops.retain(|&o| o != op);
+    /// Inserts a detached op just after `after` (in `after`'s block).
+    pub fn insert_op_after(&mut self, after: OpId, op: OpId) {
+        let block = self.ops[after].block.expect("insert after an attached op");
+        let next = self.ops[after].next;
+        self.link(block, op, Some(after), next);
+    }
+
+    /// Inserts a detached op at the start of `block`.
+    pub fn prepend_op(&mut self, block: BlockId, op: OpId) {
+        let first = self.blocks[block].first;
+        self.link(block, op, None, first);
+    }
+
+    fn link(&mut self, block: BlockId, op: OpId, prev: Option<OpId>, next: Option<OpId>) {
+        assert!(self.ops[op].block.is_none() && !self.ops[op].erased, "{op} is attached or erased");
+        let lo = prev.map_or(0, |p| self.ops[p].seq);
+        let seq = match next {
+            None => lo + SEQ_GAP,
+            Some(n) => {
+                let hi = self.ops[n].seq;
+                if hi - lo >= 2 {
+                    lo + (hi - lo) / 2
+                } else {
+                    0 // renumbered below
+                }
+            }
+        };
+        let d = &mut self.ops[op];
+        d.block = Some(block);
+        d.prev = prev;
+        d.next = next;
+        d.seq = seq;
+        match prev {
+            Some(p) => self.ops[p].next = Some(op),
+            None => self.blocks[block].first = Some(op),
+        }
+        match next {
+            Some(n) => self.ops[n].prev = Some(op),
+            None => self.blocks[block].last = Some(op),
+        }
+        self.blocks[block].len += 1;
+        if seq == 0 {
+            self.renumber(block);
         }
     }
 
-    /// Replaces every use of `from` by `to` in ops (including nested regions) and returns.
-    pub fn replace_all_uses(&mut self, from: ValueId, to: ValueId) {
-        for op in self.ops.values_mut() {
-            for v in op.operands.iter_mut() {
-                if *v == from {
-                    *v = to;
+    fn renumber(&mut self, block: BlockId) {
+        let mut cur = self.blocks[block].first;
+        let mut seq = 0;
+        while let Some(op) = cur {
+            seq += SEQ_GAP;
+            self.ops[op].seq = seq;
+            cur = self.ops[op].next;
+        }
+    }
+
+    /// Removes an op from its block, keeping it (and its uses) for re-insertion.
+    pub fn detach_op(&mut self, op: OpId) {
+        let Some(b) = self.ops[op].block.take() else { return };
+        let (prev, next) = (self.ops[op].prev.take(), self.ops[op].next.take());
+        match prev {
+            Some(p) => self.ops[p].next = next,
+            None => self.blocks[b].first = next,
+        }
+        match next {
+            Some(n) => self.ops[n].prev = prev,
+            None => self.blocks[b].last = prev,
+        }
+        self.blocks[b].len -= 1;
+    }
+
+    /// Detaches `op`, drops its uses of its operands and erases the ops of its regions. Its
+    /// results must be unused by the time the module is used again.
+    pub fn erase_op(&mut self, op: OpId) {
+        if self.ops[op].erased {
+            return;
+        }
+        self.detach_op(op);
+        for r in self.ops[op].regions.clone() {
+            for b in self.regions[r].blocks.clone() {
+                let mut cur = self.blocks[b].last;
+                while let Some(inner) = cur {
+                    cur = self.ops[inner].prev;
+                    self.erase_op(inner);
                 }
             }
         }
+        let operands = std::mem::take(&mut self.ops[op].operands);
+        for (i, &v) in operands.iter().enumerate() {
+            self.remove_use(v, Use { op, index: i as u32 });
+        }
+        self.ops[op].operands = operands;
+        self.ops[op].erased = true;
     }
 
-    /// Uses of every value: how many operands refer to it from attached ops.
+    /// True once [`Module::erase_op`] removed the op.
+    pub fn is_erased(&self, op: OpId) -> bool {
+        self.ops[op].erased
+    }
+
+    // ---------------------------------------------------------------- uses
+
+    /// The uses of `v` (operand slots of ops that are not erased).
+    pub fn uses(&self, v: ValueId) -> &[Use] {
+        &self.values[v].uses
+    }
+
+    /// True if some op that is not erased reads `v`.
+    pub fn has_uses(&self, v: ValueId) -> bool {
+        !self.values[v].uses.is_empty()
+    }
+
+    /// The ops reading `v`, once per use.
+    pub fn users(&self, v: ValueId) -> impl Iterator<Item = OpId> + '_ {
+        self.values[v].uses.iter().map(|u| u.op)
+    }
+
+    fn remove_use(&mut self, v: ValueId, u: Use) {
+        if !self.values.is_valid(v) {
+            return;
+        }
+        let uses = &mut self.values[v].uses;
+        if let Some(i) = uses.iter().position(|&x| x == u) {
+            uses.swap_remove(i);
+        }
+    }
+
+    /// Sets operand `index` of `op` to `v`.
+    pub fn set_operand(&mut self, op: OpId, index: usize, v: ValueId) {
+        let old = self.ops[op].operands[index];
+        if old == v {
+            return;
+        }
+        let u = Use { op, index: index as u32 };
+        self.remove_use(old, u);
+        self.ops[op].operands[index] = v;
+        if !self.ops[op].erased {
+            self.values[v].uses.push(u);
+        }
+    }
+
+    /// Replaces every use of `from` by `to`, touching only the uses.
+    pub fn replace_all_uses(&mut self, from: ValueId, to: ValueId) {
+        if from == to {
+            return;
+        }
+        let uses = std::mem::take(&mut self.values[from].uses);
+        for u in &uses {
+            self.ops[u.op].operands[u.index as usize] = to;
+        }
+        self.values[to].uses.extend(uses);
+    }
+
+    /// Replaces the uses of `from` by `to` in the ops for which `keep_old` is false.
+    pub fn replace_uses_except(&mut self, from: ValueId, to: ValueId, keep_old: impl Fn(OpId) -> bool) {
+        if from == to {
+            return;
+        }
+        let uses = std::mem::take(&mut self.values[from].uses);
+        let (keep, moved): (SmallVec<[Use; 2]>, SmallVec<[Use; 2]>) = uses.into_iter().partition(|u| keep_old(u.op));
+        for u in &moved {
+            self.ops[u.op].operands[u.index as usize] = to;
+        }
+        self.values[from].uses = keep;
+        self.values[to].uses.extend(moved);
+    }
+
+    /// Uses of every value from attached ops.
     pub fn use_counts(&self) -> SecondaryMap<ValueId, u32> {
         let mut counts = SecondaryMap::with_default(0u32);
-        for (_, op) in self.ops.iter() {
-            if op.block.is_none() {
-                continue;
-            }
-            for &v in &op.operands {
-                counts.set(v, counts[v] + 1);
+        for (v, d) in self.values.iter() {
+            let n = d.uses.iter().filter(|u| self.ops[u.op].block.is_some()).count() as u32;
+            if n > 0 {
+                counts.set(v, n);
             }
         }
         counts
+    }
+
+    /// Every mismatch between the operands of ops that are not erased and the use lists
+    /// (none in a module changed only through this API).
+    pub fn use_list_errors(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        for (op, d) in self.ops.iter() {
+            if d.erased {
+                continue;
+            }
+            for (i, &v) in d.operands.iter().enumerate() {
+                if self.values.is_valid(v) && !self.values[v].uses.contains(&Use { op, index: i as u32 }) {
+                    errs.push(format!("operand {i} of {op} ({}) reads {v} but is not in its use list", d.opcode));
+                }
+            }
+        }
+        for (v, d) in self.values.iter() {
+            for u in &d.uses {
+                let od = &self.ops[u.op];
+                if od.erased || od.operands.get(u.index as usize) != Some(&v) {
+                    errs.push(format!("{v} lists operand {} of {} as a use, which reads something else", u.index, u.op));
+                }
+            }
+        }
+        errs
+    }
+
+    // ---------------------------------------------------------------- compaction
+
+    /// Number of erased ops still in the arena.
+    pub fn num_garbage_ops(&self) -> usize {
+        self.ops.values().filter(|d| d.erased).count()
+    }
+
+    /// Drops erased ops, their results and regions, and every block, region, value and
+    /// location no function reaches, renumbering the rest in walk order (as naga's
+    /// `compact`). Ids held across the call are invalid afterwards. Detached ops that are not
+    /// erased are dropped too. The printed module is unchanged.
+    pub fn compact(&mut self) {
+        let mut new = Module { symbols: std::mem::take(&mut self.symbols), ..Module::default() };
+        let mut vmap: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::with_default(None);
+        let mut lmap: SecondaryMap<LocId, Option<LocId>> = SecondaryMap::with_default(None);
+        let funcs = std::mem::take(&mut self.funcs);
+        for f in &funcs {
+            let body = self.compact_region(f.body, None, &mut new, &mut vmap, &mut lmap);
+            new.funcs.push(Func { name: f.name.clone(), body, args: f.args.clone(), results: f.results.clone() });
+        }
+        *self = new;
+    }
+
+    fn compact_region(
+        &self,
+        r: RegionId,
+        parent: Option<OpId>,
+        new: &mut Module,
+        vmap: &mut SecondaryMap<ValueId, Option<ValueId>>,
+        lmap: &mut SecondaryMap<LocId, Option<LocId>>,
+    ) -> RegionId {
+        let nr = new.regions.push(RegionData { blocks: Vec::new(), parent });
+        for &b in &self.regions[r].blocks {
+            let nb = new.blocks.push(BlockData::new(Some(nr)));
+            new.regions[nr].blocks.push(nb);
+            for (i, &a) in self.blocks[b].args.iter().enumerate() {
+                let na = new.values.push(ValueData::new(self.values[a].ty.clone(), ValueDef::BlockArg { block: nb, index: i as u32 }));
+                new.blocks[nb].args.push(na);
+                vmap.set(a, Some(na));
+            }
+            for op in self.ops_in(b) {
+                let d = &self.ops[op];
+                // Regions first: their ops get the lower ids, as when they were built.
+                let regions: SmallVec<[RegionId; 1]> =
+                    d.regions.iter().map(|&ir| self.compact_region(ir, None, new, vmap, lmap)).collect();
+                let operands: SmallVec<[ValueId; 3]> =
+                    d.operands.iter().map(|&v| vmap[v].expect("compact needs a verified module")).collect();
+                let types: Vec<TensorType> = d.results.iter().map(|&v| self.values[v].ty.clone()).collect();
+                let nop = new.create_op_unchecked(d.opcode, &operands, d.attrs.clone(), types, &regions);
+                new.append_op(nb, nop);
+                for (&o, &n) in d.results.iter().zip(new.ops[nop].results.clone().iter()) {
+                    vmap.set(o, Some(n));
+                }
+                if let Some(l) = *self.op_locs.get(op) {
+                    let nl = match lmap[l] {
+                        Some(nl) => nl,
+                        None => {
+                            let nl = new.locs.push(self.locs[l].clone());
+                            lmap.set(l, Some(nl));
+                            nl
+                        }
+                    };
+                    new.op_locs.set(nop, Some(nl));
+                }
+            }
+        }
+        nr
     }
 
     pub fn set_loc(&mut self, op: OpId, loc: Option<LocId>) {
@@ -387,11 +766,6 @@ impl Module {
 
     pub fn add_loc(&mut self, loc: Loc) -> LocId {
         self.locs.push(loc)
-    }
-
-    /// Ops of a block in order (a snapshot, so the block may be edited while iterating).
-    pub fn block_ops(&self, block: BlockId) -> Vec<OpId> {
-        self.blocks[block].ops.clone()
     }
 
     /// Number of ops attached to blocks, nested regions included.

@@ -490,13 +490,13 @@ impl<'a> Parser<'a> {
                 }
             }
             self.expect(":")?;
-            let block = self.m.blocks.push(crate::module::BlockData { region: Some(region), ..Default::default() });
+            let block = self.m.blocks.push(crate::module::BlockData::new(Some(region)));
             self.m.regions[region].blocks.push(block);
             for (i, ty) in arg_types.into_iter().enumerate() {
-                let v = self.m.values.push(crate::module::ValueData {
+                let v = self.m.values.push(crate::module::ValueData::new(
                     ty,
-                    def: crate::module::ValueDef::BlockArg { block, index: i as u32 },
-                });
+                    crate::module::ValueDef::BlockArg { block, index: i as u32 },
+                ));
                 self.m.blocks[block].args.push(v);
             }
             for (i, (n, pos)) in nums.into_iter().enumerate() {

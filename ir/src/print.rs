@@ -97,7 +97,7 @@ impl Printer<'_> {
         }
         self.out.push_str(") -> (");
         let ret_types: Vec<String> = entry
-            .and_then(|b| self.m.blocks[b].ops.last().copied())
+            .and_then(|b| self.m.terminator(b))
             .map(|op| self.m.ops[op].operands.iter().map(|&v| self.m.values[v].ty.to_string()).collect())
             .unwrap_or_default();
         for (i, t) in ret_types.iter().enumerate() {
@@ -111,7 +111,8 @@ impl Printer<'_> {
         }
         self.out.push_str(") {\n");
         if let Some(b) = entry {
-            for op in self.m.blocks[b].ops.clone() {
+            let m = self.m;
+            for op in m.ops_in(b) {
                 self.op(op, 2);
             }
         }
@@ -181,7 +182,8 @@ impl Printer<'_> {
         self.out.push_str("{\n");
         for (bi, &b) in self.m.regions[r].blocks.clone().iter().enumerate() {
             self.block_header(b, bi, depth);
-            for op in self.m.blocks[b].ops.clone() {
+            let m = self.m;
+            for op in m.ops_in(b) {
                 self.op(op, depth + 1);
             }
         }

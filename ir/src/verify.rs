@@ -12,7 +12,8 @@
 //!   every value's recorded definition matches where it is defined;
 //! - a `composite`'s region has one block whose arguments match the operand types and whose
 //!   `yield` matches the result types;
-//! - every symbol a type mentions is declared, and symbol names can be printed (no `x`).
+//! - every symbol a type mentions is declared, and symbol names can be printed (no `x`);
+//! - the use lists agree with the operands (a pass that wrote `operands` directly breaks this).
 //!
 //! Each error names the op (and its FX provenance when known).
 
@@ -100,6 +101,9 @@ impl Verifier<'_> {
         for fi in 0..self.m.funcs.len() {
             self.func(fi);
         }
+        for e in self.m.use_list_errors() {
+            self.err(String::new(), e);
+        }
     }
 
     fn func(&mut self, fi: usize) {
@@ -119,8 +123,8 @@ impl Verifier<'_> {
         }
         self.defined = SecondaryMap::with_default(false);
         self.block(b, true);
-        match self.m.blocks[b].ops.last() {
-            Some(&last) if self.m.ops[last].opcode == Opcode::Return => {
+        match self.m.terminator(b) {
+            Some(last) if self.m.ops[last].opcode == Opcode::Return => {
                 let n = self.m.ops[last].operands.len();
                 if !f.results.is_empty() && f.results.len() != n {
                     self.err(ctx, format!("returns {n} values but has metadata for {}", f.results.len()));
@@ -165,9 +169,9 @@ impl Verifier<'_> {
             self.check_type(None, &t);
             self.defined.set(a, true);
         }
-        let ops = &self.m.blocks[b].ops;
-        let n = ops.len();
-        for (i, &op) in ops.iter().enumerate() {
+        let m = self.m;
+        let n = m.blocks[b].len();
+        for (i, op) in m.ops_in(b).enumerate() {
             self.op(op, b, i + 1 == n, in_func_body);
         }
     }
@@ -189,7 +193,7 @@ impl Verifier<'_> {
             let show = |ts: &[&TensorType]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
             self.op_err(op, format!("composite region arguments ({}) differ from its operands ({})", show(&args), show(&operands)));
         }
-        if let Some(&last) = m.blocks[b].ops.last() {
+        if let Some(last) = m.terminator(b) {
             if m.ops[last].opcode == Opcode::Yield {
                 let yielded: Vec<&TensorType> =
                     m.ops[last].operands.iter().filter(|v| m.values.is_valid(**v)).map(|&v| &m.values[v].ty).collect();
@@ -261,7 +265,7 @@ impl Verifier<'_> {
                     self.defined = SecondaryMap::with_default(false);
                 }
                 self.block(b, false);
-                if !matches!(self.m.blocks[b].ops.last().map(|&o| self.m.ops[o].opcode), Some(Opcode::Yield)) {
+                if !matches!(self.m.terminator(b).map(|o| self.m.ops[o].opcode), Some(Opcode::Yield)) {
                     self.op_err(op, format!("region block {b} does not end with `yield`"));
                 }
                 self.defined = saved;

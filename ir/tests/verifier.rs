@@ -115,8 +115,9 @@ fn use_before_definition() {
     verify(&m).unwrap();
     // Move `neg` after `exp`.
     let neg = m.defining_op(y).unwrap();
+    let exp = m.defining_op(z).unwrap();
     m.detach_op(neg);
-    m.insert_op(block, 1, neg);
+    m.insert_op_after(exp, neg);
     let errs: Vec<String> = verify(&m).unwrap_err().iter().map(|e| e.to_string()).collect();
     assert_eq!(errs.len(), 1, "{errs:#?}");
     assert!(errs[0].starts_with("op `exp`: operand 0 (v"), "{errs:#?}");

@@ -108,7 +108,7 @@ impl Emitter<'_> {
         self.out.push_str(") {\n");
         self.depth = 2;
         let mut result = Ok(());
-        for &inner in &m.blocks[block].ops {
+        for inner in m.ops_in(block) {
             self.set_op(inner);
             if m.op(inner).opcode == Opcode::Yield {
                 self.out.push_str("    return");

@@ -109,7 +109,7 @@ pub(crate) fn check_static(m: &Module) -> Result<(), EmitError> {
                 });
             }
         }
-        let mut stack: Vec<OpId> = m.blocks[entry].ops.iter().rev().copied().collect();
+        let mut stack: Vec<OpId> = m.ops_in(entry).rev().collect();
         while let Some(op) = stack.pop() {
             let d = m.op(op);
             for &r in &d.results {
@@ -134,7 +134,7 @@ pub(crate) fn check_static(m: &Module) -> Result<(), EmitError> {
                             });
                         }
                     }
-                    stack.extend(m.blocks[b].ops.iter().rev().copied());
+                    stack.extend(m.ops_in(b).rev());
                 }
             }
         }
@@ -285,11 +285,7 @@ impl<'m> Emitter<'m> {
             }
         }
         self.out.push(')');
-        let ops = &m.blocks[entry].ops;
-        let ret = ops
-            .last()
-            .copied()
-            .filter(|&o| m.op(o).opcode == Opcode::Return);
+        let ret = m.terminator(entry).filter(|&o| m.op(o).opcode == Opcode::Return);
         let ret_vals: &[ValueId] = ret.map_or(&[], |o| &m.op(o).operands);
         if !ret_vals.is_empty() {
             self.out.push_str(" -> (");
@@ -313,7 +309,7 @@ impl<'m> Emitter<'m> {
         }
         self.out.push_str(" {\n");
         self.depth = 2;
-        for &op in ops {
+        for op in m.ops_in(entry) {
             self.set_op(op);
             if m.op(op).opcode == Opcode::Return {
                 self.indent();

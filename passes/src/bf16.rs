@@ -34,8 +34,8 @@ impl Pass for Bf16Matmuls {
                 let mut ins = Inserter::before(m, op);
                 let lb = ins.convert(l, DType::BF16).map_err(|e| crate::failed("bf16", e))?;
                 let rb = if r == l { lb } else { ins.convert(r, DType::BF16).map_err(|e| crate::failed("bf16", e))? };
-                m.ops[op].operands[0] = lb;
-                m.ops[op].operands[1] = rb;
+                m.set_operand(op, 0, lb);
+                m.set_operand(op, 1, rb);
                 changed = true;
             }
         }

@@ -157,8 +157,8 @@ fn unbroadcast_dot_rhs(m: &Module, op: OpId) -> Option<(ValueId, Vec<i64>)> {
 pub fn collapse_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
     if m.ops[op].opcode == Opcode::DotGeneral {
         let Some((w, nc)) = unbroadcast_dot_rhs(m, op) else { return Ok(false) };
+        m.set_operand(op, 1, w);
         let d = &mut m.ops[op];
-        d.operands[1] = w;
         d.attrs.set("lhs_batching_dimensions", Attr::Ints(vec![]));
         d.attrs.set("rhs_batching_dimensions", Attr::Ints(vec![]));
         d.attrs.set("rhs_contracting_dimensions", Attr::Ints(nc));

@@ -86,7 +86,6 @@ impl Pass for Cse {
         let mut changed = false;
         for b in crate::util::all_blocks(m) {
             let mut seen: HashMap<u64, Vec<Key>> = HashMap::new();
-            let mut removed = Vec::new();
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
                 if !d.opcode.is_pure() || d.opcode.is_terminator() || !d.regions.is_empty() || d.results.is_empty() {
@@ -108,18 +107,11 @@ impl Pass for Cse {
                     for (from, to) in pairs {
                         m.replace_all_uses(from, to);
                     }
-                    removed.push(op);
+                    m.erase_op(op);
+                    changed = true;
                 } else {
                     bucket.push(Key { op });
                 }
-            }
-            if !removed.is_empty() {
-                changed = true;
-                let set: std::collections::HashSet<OpId> = removed.iter().copied().collect();
-                for &op in &removed {
-                    m.ops[op].block = None;
-                }
-                m.blocks[b].ops.retain(|o| !set.contains(o));
             }
         }
         Ok(changed)

@@ -31,6 +31,7 @@ impl Pass for InlineWeights<'_> {
         let mut keep_args = Vec::new();
         let mut keep_infos = Vec::new();
         let mut inserted = 0;
+        let mut last: Option<tpuc_ir::OpId> = None;
         for (arg, info) in args.into_iter().zip(infos) {
             if !info.kind.is_weight() {
                 keep_args.push(arg);
@@ -48,7 +49,11 @@ impl Pass for InlineWeights<'_> {
             let op = m
                 .create_op(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data.clone())), None, &[])
                 .map_err(|e| fail(e.to_string()))?;
-            m.insert_op(block, inserted, op);
+            match last {
+                Some(p) => m.insert_op_after(p, op),
+                None => m.prepend_op(block, op),
+            }
+            last = Some(op);
             inserted += 1;
             let c = m.ops[op].results[0];
             m.replace_all_uses(arg, c);

@@ -252,7 +252,7 @@ impl Narrow64 {
         // f64 arguments: converted once where the body starts.
         if is_entry_of_func {
             let args = m.blocks[b].args.clone();
-            let mut pos = 0;
+            let mut after: Option<OpId> = None;
             for a in args {
                 if m.values[a].ty.dtype != DType::F64 {
                     continue;
@@ -261,9 +261,12 @@ impl Narrow64 {
                 let c = m.create_op(Opcode::Convert, &[a], boundary(), Some(&[ty]), &[]).map_err(fail)?;
                 let cv = m.ops[c].results[0];
                 m.replace_all_uses(a, cv);
-                m.ops[c].operands[0] = a;
-                m.insert_op(b, pos, c);
-                pos += 1;
+                m.set_operand(c, 0, a);
+                match after {
+                    Some(p) => m.insert_op_after(p, c),
+                    None => m.prepend_op(b, c),
+                }
+                after = Some(c);
                 st.counts.f64_args += 1;
             }
         }
@@ -281,7 +284,7 @@ impl Narrow64 {
                     if let Some(&orig) = st.narrowed.get(&v) {
                         let ty = m.values[v].ty.with_dtype(orig);
                         let w = Inserter::before(m, op).build1(Opcode::Convert, &[v], boundary(), Some(ty)).map_err(fail)?;
-                        m.ops[op].operands[i] = w;
+                        m.set_operand(op, i, w);
                         st.counts.results += 1;
                     }
                 }
@@ -348,7 +351,7 @@ impl Narrow64 {
                     if let Some(&orig) = st.narrowed.get(&v) {
                         if orig == DType::I64 || !m.ops[op].regions.is_empty() {
                             let w = Inserter::before(m, op).convert(v, orig).map_err(fail)?;
-                            m.ops[op].operands[i] = w;
+                            m.set_operand(op, i, w);
                         }
                     }
                 }
@@ -364,7 +367,7 @@ impl Narrow64 {
                     let a = ins.build1(Opcode::Min, &[idx, hi], Attrs::new(), None).map_err(fail)?;
                     let c = ins.build1(Opcode::Max, &[a, lo], Attrs::new(), None).map_err(fail)?;
                     let n32 = ins.build1(Opcode::Convert, &[c], Attrs::new(), Some(TensorType::clone(&ty).with_dtype(DType::I32))).map_err(fail)?;
-                    m.ops[op].operands[1] = n32;
+                    m.set_operand(op, 1, n32);
                     st.counts.indices += 1;
                     for v in [lo, hi, a, c, n32] {
                         if let Some(o) = crate::util::def_op(m, v) {

@@ -46,7 +46,7 @@ fn fold_side(m: &mut Module, dot: OpId, side: usize) -> bool {
     let d = &mut m.ops[dot];
     d.attrs.set(NAMES[side][0], Attr::Ints(nb));
     d.attrs.set(NAMES[side][1], Attr::Ints(nc));
-    d.operands[side] = x;
+    m.set_operand(dot, side, x);
     true
 }
 

@@ -1,8 +1,8 @@
-//! Helpers the passes share: walking every block, use lists, recognising splat constants,
-//! inserting ops before a given op, and removing dead ops.
+//! Helpers the passes share: walking every block, recognising splat constants, inserting ops
+//! before a given op, and removing dead ops. Uses come from the module's use lists
+//! ([`Module::uses`]), so none of these rescans the module per edit.
 
 use smallvec::SmallVec;
-use std::collections::HashMap;
 use tpuc_ir::{
     Attr, Attrs, BlockId, DType, IrError, LocId, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueDef, ValueId,
 };
@@ -13,7 +13,7 @@ pub fn all_blocks(m: &Module) -> Vec<BlockId> {
     let mut stack: Vec<BlockId> = m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).rev().collect();
     while let Some(b) = stack.pop() {
         out.push(b);
-        for &op in m.blocks[b].ops.iter().rev() {
+        for op in m.ops_in(b).rev() {
             for &r in m.ops[op].regions.iter().rev() {
                 stack.extend(m.regions[r].blocks.iter().rev().copied());
             }
@@ -25,20 +25,6 @@ pub fn all_blocks(m: &Module) -> Vec<BlockId> {
 /// The blocks of the functions' bodies only (not the regions of ops such as `composite`).
 pub fn func_blocks(m: &Module) -> Vec<BlockId> {
     m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).collect()
-}
-
-/// For every value, the attached ops that use it (an op using a value twice appears twice).
-pub fn users(m: &Module) -> HashMap<ValueId, SmallVec<[OpId; 2]>> {
-    let mut u: HashMap<ValueId, SmallVec<[OpId; 2]>> = HashMap::new();
-    for (op, d) in m.ops.iter() {
-        if d.block.is_none() {
-            continue;
-        }
-        for &v in &d.operands {
-            u.entry(v).or_default().push(op);
-        }
-    }
-    u
 }
 
 /// The op defining `v` if it is an op result.
@@ -124,11 +110,12 @@ pub fn strip_converts(m: &Module, mut v: ValueId) -> ValueId {
     v
 }
 
-/// Ops built at a position of a block: each new op goes before the op that was at `pos`.
+/// Ops built at a position of a block: each new op goes before `before` (at the end of the
+/// block when `None`).
 pub struct Inserter<'m> {
     pub m: &'m mut Module,
     pub block: BlockId,
-    pub pos: usize,
+    pub before: Option<OpId>,
     pub loc: Option<LocId>,
 }
 
@@ -136,16 +123,17 @@ impl<'m> Inserter<'m> {
     /// Builds before `op` (in `op`'s block), with `op`'s provenance.
     pub fn before(m: &'m mut Module, op: OpId) -> Self {
         let block = m.ops[op].block.expect("attached op");
-        let pos = m.blocks[block].ops.iter().position(|&o| o == op).expect("op in its block");
         let loc = *m.op_locs.get(op);
-        Inserter { m, block, pos, loc }
+        Inserter { m, block, before: Some(op), loc }
     }
 
     pub fn build(&mut self, opcode: Opcode, operands: &[ValueId], attrs: Attrs, results: Option<&[TensorType]>) -> Result<SmallVec<[ValueId; 1]>, IrError> {
         let op = self.m.create_op(opcode, operands, attrs, results, &[])?;
-        self.m.insert_op(self.block, self.pos, op);
+        match self.before {
+            Some(b) => self.m.insert_op_before(b, op),
+            None => self.m.append_op(self.block, op),
+        }
         self.m.set_loc(op, self.loc);
-        self.pos += 1;
         Ok(self.m.ops[op].results.clone())
     }
 
@@ -168,75 +156,58 @@ impl<'m> Inserter<'m> {
     }
 }
 
-/// Detaches `op` and, recursively, the ops of its regions.
+/// Erases `op` and, recursively, the ops of its regions.
 pub fn erase_op(m: &mut Module, op: OpId) {
-    let regions = m.ops[op].regions.clone();
-    for r in regions {
-        for b in m.regions[r].blocks.clone() {
-            for inner in m.blocks[b].ops.clone() {
-                erase_op(m, inner);
-            }
-        }
-    }
-    m.detach_op(op);
+    m.erase_op(op);
 }
 
 /// Replaces every use of `op`'s single result by `v` and erases `op`.
 pub fn replace_op(m: &mut Module, op: OpId, v: ValueId) {
     let r = m.ops[op].results[0];
     m.replace_all_uses(r, v);
-    erase_op(m, op);
+    m.erase_op(op);
 }
 
-/// Removes pure ops whose results nobody uses, in every block, until none is left. Returns
-/// whether anything was removed.
-pub fn remove_dead(m: &mut Module) -> bool {
-    let mut counts: HashMap<ValueId, u32> = HashMap::new();
-    for (_, d) in m.ops.iter() {
-        if d.block.is_some() {
-            for &v in &d.operands {
-                *counts.entry(v).or_default() += 1;
-            }
+/// True if `op` can go when nothing reads its results: pure, not a terminator, attached.
+fn removable_if_unused(m: &Module, op: OpId) -> bool {
+    let d = &m.ops[op];
+    d.block.is_some() && d.opcode.is_pure() && !d.opcode.is_terminator() && d.results.iter().all(|&r| !m.has_uses(r))
+}
+
+/// Erases the ops in `roots` whose results are unused, and then the ops that fed only them,
+/// transitively. Costs only the ops visited: no module sweep.
+pub fn erase_dead_from(m: &mut Module, roots: impl IntoIterator<Item = OpId>) -> bool {
+    let mut work: Vec<OpId> = roots.into_iter().collect();
+    let mut changed = false;
+    while let Some(op) = work.pop() {
+        if m.is_erased(op) || !removable_if_unused(m, op) {
+            continue;
         }
+        let operands = m.ops[op].operands.clone();
+        m.erase_op(op);
+        changed = true;
+        work.extend(operands.iter().filter_map(|&v| def_op(m, v)));
     }
+    changed
+}
+
+/// Removes pure ops whose results nobody uses, in every block: one backward walk per block
+/// (a use comes after its definition, so erasing an op can only make earlier ops dead).
+/// Returns whether anything was removed.
+pub fn remove_dead(m: &mut Module) -> bool {
     let mut changed = false;
     for b in all_blocks(m) {
         if m.blocks[b].region.is_none() {
             continue;
         }
-        let mut dead: Vec<OpId> = Vec::new();
-        for &op in m.blocks[b].ops.iter().rev() {
-            let d = &m.ops[op];
-            if !d.opcode.is_pure() || d.opcode.is_terminator() {
-                continue;
-            }
-            if d.results.iter().all(|r| counts.get(r).copied().unwrap_or(0) == 0) {
-                for &v in &d.operands {
-                    if let Some(c) = counts.get_mut(&v) {
-                        *c -= 1;
-                    }
-                }
-                dead.push(op);
+        let mut cur = m.terminator(b);
+        while let Some(op) = cur {
+            cur = m.prev_op(op);
+            if removable_if_unused(m, op) {
+                m.erase_op(op);
+                changed = true;
             }
         }
-        if dead.is_empty() {
-            continue;
-        }
-        changed = true;
-        let set: std::collections::HashSet<OpId> = dead.iter().copied().collect();
-        for &op in &dead {
-            // Inner ops of a dead composite go too.
-            let regions = m.ops[op].regions.clone();
-            for r in regions {
-                for ib in m.regions[r].blocks.clone() {
-                    for inner in m.blocks[ib].ops.clone() {
-                        erase_op(m, inner);
-                    }
-                }
-            }
-            m.ops[op].block = None;
-        }
-        m.blocks[b].ops.retain(|o| !set.contains(o));
     }
     changed
 }

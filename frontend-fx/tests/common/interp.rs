@@ -127,7 +127,7 @@ pub fn run(m: &Module, args: &[T]) -> Vec<T> {
         t.dtype = ty.dtype;
         env.insert(v, t);
     }
-    for &op in &m.blocks[block].ops {
+    for op in m.ops_in(block) {
         let od = m.op(op);
         let xs: Vec<&T> = od.operands.iter().map(|v| env.get(v).expect("operand")).collect();
         if od.opcode == Opcode::Return {

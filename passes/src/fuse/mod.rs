@@ -54,8 +54,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     if inputs.len() != mt.inputs.len() || mt.outputs.iter().any(|o| inputs.contains(o)) {
         return Ok(None);
     }
-    let pos: HashMap<OpId, usize> = m.blocks[block].ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
-    // The backward slice.
+    // The backward slice: only the ops between the outputs and the inputs are visited.
     let mut slice: HashSet<OpId> = HashSet::new();
     let mut stack: Vec<ValueId> = mt.outputs.clone();
     while let Some(v) = stack.pop() {
@@ -63,7 +62,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
             continue;
         }
         let Some(op) = def_op(m, v) else { return Ok(None) };
-        if !pos.contains_key(&op) {
+        if m.ops[op].block != Some(block) {
             return Ok(None);
         }
         if !slice.insert(op) {
@@ -85,12 +84,19 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
         return Ok(None);
     }
     let mut ordered: Vec<OpId> = slice.iter().copied().collect();
-    ordered.sort_by_key(|o| pos[o]);
+    ordered.sort_by(|&a, &b| if a == b { std::cmp::Ordering::Equal } else if m.is_before(a, b) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
     // The composite goes where the first output is computed; every input must exist by then.
-    let place = mt.outputs.iter().filter_map(|&o| def_op(m, o)).map(|o| pos[&o]).min().unwrap_or(0);
+    let Some(place) = mt
+        .outputs
+        .iter()
+        .filter_map(|&o| def_op(m, o))
+        .reduce(|a, b| if m.is_before(b, a) { b } else { a })
+    else {
+        return Ok(None);
+    };
     for &i in &mt.inputs {
         if let ValueDef::Result { op, .. } = m.values[i].def {
-            if pos.get(&op).is_none_or(|&p| p >= place) {
+            if m.ops[op].block != Some(block) || !m.is_before(op, place) {
                 return Ok(None);
             }
         }
@@ -103,14 +109,16 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
         map.insert(i, m.blocks[rb].args[k]);
     }
     for &op in &ordered {
-        let d = m.ops[op].clone();
+        let d = &m.ops[op];
+        let (opcode, attrs) = (d.opcode, d.attrs.clone());
         let operands: Vec<ValueId> = d.operands.iter().map(|v| map[v]).collect();
         let types: Vec<_> = d.results.iter().map(|&r| m.values[r].ty.clone()).collect();
-        let c = m.create_op_unchecked(d.opcode, &operands, d.attrs.clone(), types, &[]);
+        let results = d.results.clone();
+        let c = m.create_op_unchecked(opcode, &operands, attrs, types, &[]);
         m.append_op(rb, c);
         let loc = *m.op_locs.get(op);
         m.set_loc(c, loc);
-        for (k, &r) in d.results.iter().enumerate() {
+        for (k, &r) in results.iter().enumerate() {
             map.insert(r, m.ops[c].results[k]);
         }
     }
@@ -123,26 +131,16 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     }
     let out_types: Vec<_> = mt.outputs.iter().map(|&v| m.values[v].ty.clone()).collect();
     let comp = m.create_op(Opcode::Composite, &mt.inputs, attrs, Some(&out_types), &[region]).map_err(fail)?;
-    let first_out = def_op(m, mt.outputs[0]);
-    let loc = first_out.and_then(|o| *m.op_locs.get(o));
+    let loc = *m.op_locs.get(place);
     m.set_loc(comp, loc);
-    m.insert_op(block, place, comp);
-    // Uses outside the slice now read the composite's results.
+    m.insert_op_before(place, comp);
+    // Uses outside the slice now read the composite's results (through the use lists).
     let results = m.ops[comp].results.clone();
-    let subst: HashMap<ValueId, ValueId> = mt.outputs.iter().copied().zip(results.iter().copied()).collect();
-    let users: Vec<OpId> = m.blocks[block].ops.clone();
-    for op in users {
-        if slice.contains(&op) || op == comp {
-            continue;
-        }
-        for v in m.ops[op].operands.iter_mut() {
-            if let Some(&n) = subst.get(v) {
-                *v = n;
-            }
-        }
+    for (&o, &r) in mt.outputs.iter().zip(results.iter()) {
+        m.replace_uses_except(o, r, |user| slice.contains(&user));
     }
     // Ops of the slice still used outside stay (their copies live in the region); the rest go.
-    crate::util::remove_dead(m);
+    crate::util::erase_dead_from(m, ordered.iter().rev().copied());
     Ok(Some(comp))
 }
 
@@ -156,18 +154,17 @@ impl Pass for Fuse {
         for b in func_blocks(m) {
             // Larger patterns first (attention contains a softmax, SwiGLU a SiLU); within a
             // pattern, ops last to first, so the match ending at an op's latest use wins (a
-            // layer norm with its affine step, not without).
+            // layer norm with its affine step, not without). One snapshot of the block per
+            // pattern; ops an outline erased are skipped, composites it made are not visited.
             for pattern in patterns::ALL {
-                let mut cx_users = crate::util::users(m);
                 let mut causal = Default::default();
                 for op in m.block_ops(b).into_iter().rev() {
                     if m.ops[op].block != Some(b) {
                         continue;
                     }
                     let mt = {
-                        let cx = patterns::Ctx { m, users: std::mem::take(&mut cx_users), causal: std::mem::take(&mut causal) };
+                        let cx = patterns::Ctx { m, causal: std::mem::take(&mut causal) };
                         let r = (pattern.matcher)(&cx, op);
-                        cx_users = cx.users;
                         causal = cx.causal;
                         r
                     };
@@ -175,7 +172,6 @@ impl Pass for Fuse {
                     if outline(m, b, &mt)?.is_some() {
                         tracing::debug!(composite = mt.name, pattern = pattern.name, "fused");
                         changed = true;
-                        cx_users = crate::util::users(m);
                     }
                 }
             }

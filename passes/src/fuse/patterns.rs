@@ -6,14 +6,12 @@
 use super::Match;
 use crate::eval::{eval_value, to_f64s};
 use crate::util::{binary, def_is, def_op, splat_f64, unary};
-use smallvec::SmallVec;
 use std::collections::HashMap;
 use tpuc_ir::{Attr, Module, OpId, Opcode, ValueId};
 
-/// What a matcher sees: the module and, for every value, its users.
+/// What a matcher sees: the module (with its use lists) and the causal-mask proofs so far.
 pub struct Ctx<'m> {
     pub m: &'m Module,
-    pub users: HashMap<ValueId, SmallVec<[OpId; 2]>>,
     /// Causal-mask proofs by (mask value, bool mask), kept for a whole pass run: after CSE the
     /// layers of a model share one mask, which is then evaluated once.
     pub causal: std::cell::RefCell<HashMap<(ValueId, bool), bool>>,
@@ -21,11 +19,11 @@ pub struct Ctx<'m> {
 
 impl<'m> Ctx<'m> {
     pub fn new(m: &'m Module) -> Self {
-        Ctx { m, users: crate::util::users(m), causal: Default::default() }
+        Ctx { m, causal: Default::default() }
     }
 
     fn uses(&self, v: ValueId) -> usize {
-        self.users.get(&v).map_or(0, |u| u.len())
+        self.m.uses(v).len()
     }
 
 }
