@@ -135,18 +135,10 @@ pub fn check_target_support(module: &Module, target: Target) -> Result<(), ExecE
     let func = module.main_func().ok_or_else(|| ExecError::Unsupported("module has no functions".into()))?;
     let entry = module.entry_block(func);
     let unsupported = |t: &tpuc_ir::TensorType| matches!(t.dtype, DType::F64 | DType::C128);
-    // The users of every value: (opcode, is a boundary convert).
-    let mut uses: std::collections::HashMap<tpuc_ir::ValueId, Vec<(tpuc_ir::Opcode, bool)>> = std::collections::HashMap::new();
     let is_boundary = |data: &tpuc_ir::OpData| data.opcode == tpuc_ir::Opcode::Convert && data.attrs.bool("tpuc.boundary") == Some(true);
-    for (_, data) in module.ops.iter() {
-        if data.block.is_some() {
-            for &v in &data.operands {
-                uses.entry(v).or_default().push((data.opcode, is_boundary(data)));
-            }
-        }
-    }
+    // True if every attached user of `v` is `op` (a boundary convert when `op` is `convert`).
     let only_used_by = |v: tpuc_ir::ValueId, op: tpuc_ir::Opcode| {
-        uses.get(&v).is_none_or(|u| u.iter().all(|&(o, b)| o == op && (op != tpuc_ir::Opcode::Convert || b)))
+        module.users(v).map(|u| &module.ops[u]).filter(|d| d.block.is_some()).all(|d| d.opcode == op && (op != tpuc_ir::Opcode::Convert || is_boundary(d)))
     };
     for (i, &a) in module.blocks[entry].args.iter().enumerate() {
         let t = &module.values[a].ty;

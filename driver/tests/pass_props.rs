@@ -292,3 +292,40 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A pass that reports "unchanged" leaves the printed IR identical, alone and at every step
+    /// of the default pipelines; compaction never changes the printed IR; the use lists stay
+    /// consistent (the verifier checks them after every pass).
+    #[test]
+    fn unchanged_means_identical_and_compaction_is_invisible(steps in prop::collection::vec(step(), 3..20)) {
+        let module = build(&steps);
+        let weights = BTreeMap::new();
+        let mut pipelines: Vec<(Vec<&str>, PipelineOptions)> =
+            tpuc_passes::REGISTRY.iter().filter(|p| p.name != "inline-weights").map(|p| (vec![p.name], PipelineOptions::default())).collect();
+        for opts in [PipelineOptions::default(), PipelineOptions { target: Target::Tpu, ..Default::default() }] {
+            pipelines.push((default_pipeline(&opts), opts));
+        }
+        for (names, opts) in pipelines {
+            let mut m = module.clone();
+            for n in names {
+                let before = tpuc_ir::print_module(&m);
+                let mut pm = PassManager::new();
+                pm.verify_each = true;
+                pm.add_boxed(create_pass(n, &opts, &weights).unwrap());
+                let timings = pm.run(&mut m).unwrap_or_else(|e| panic!("{n}: {e}\n{before}"));
+                let after = tpuc_ir::print_module(&m);
+                if !timings[0].changed {
+                    prop_assert_eq!(&before, &after, "pass `{}` said unchanged but changed the IR", n);
+                }
+                let mut compacted = m.clone();
+                compacted.compact();
+                prop_assert!(tpuc_ir::verify(&compacted).is_ok(), "compact broke the module after {}", n);
+                prop_assert_eq!(&tpuc_ir::print_module(&compacted), &after, "compact changed the IR after {}", n);
+                prop_assert_eq!(compacted.ops.len(), compacted.num_live_ops());
+            }
+        }
+    }
+}

@@ -128,7 +128,13 @@ impl<'p> PassManager<'p> {
             for n in &notes {
                 tracing::info!(pass = pass.name(), "{n}");
             }
-            timings.push(PassTiming { pass: pass.name(), elapsed, changed, ops_after: module.num_live_ops(), notes });
+            let ops_after = module.num_live_ops();
+            // Erased ops stay in the arenas until compaction; dropping them once they are
+            // half the arena keeps later passes, clones and the emitter off the garbage.
+            if changed && module.ops.len() > 2 * ops_after {
+                module.compact();
+            }
+            timings.push(PassTiming { pass: pass.name(), elapsed, changed, ops_after, notes });
             if self.verify_each {
                 verify(module).map_err(|errors| PassError::VerifyAfter { pass: pass.name().to_string(), errors })?;
             }
