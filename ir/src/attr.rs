@@ -348,6 +348,12 @@ impl Attrs {
         }
     }
 
+    /// An enum-valued attribute ([`crate::enums`]); `None` when absent or not one of its
+    /// words (which `create_op` and the verifier refuse).
+    pub fn get_enum<E: crate::enums::AttrEnum>(&self, name: &str) -> Option<E> {
+        self.str(name).and_then(E::parse)
+    }
+
     pub fn str(&self, name: &str) -> Option<&str> {
         match self.get(name) {
             Some(Attr::Str(v)) => Some(v),

@@ -9,7 +9,7 @@
 
 use crate::attr::{Attr, Attrs};
 use crate::dtype::DType;
-use crate::opcode::Opcode;
+use crate::opcode::{AttrKind, Opcode};
 use crate::types::{Dim, TensorType};
 
 pub type RuleResult<T> = Result<T, String>;
@@ -137,14 +137,6 @@ fn str_attr<'a>(attrs: &'a Attrs, name: &str) -> RuleResult<&'a str> {
     attrs.str(name).ok_or_else(|| format!("missing string attribute `{name}`"))
 }
 
-fn one_of(what: &str, v: &str, allowed: &[&str]) -> RuleResult<()> {
-    if allowed.contains(&v) {
-        Ok(())
-    } else {
-        fail(format!("{what} `{v}` is not one of {}", allowed.join(", ")))
-    }
-}
-
 fn same_type(what: &str, a: &TensorType, b: &TensorType) -> RuleResult<()> {
     if a == b {
         Ok(())
@@ -185,7 +177,10 @@ pub fn check_op(
     for spec in info.attrs {
         match attrs.get(spec.name) {
             Some(a) if !spec.kind.matches(a) => {
-                return fail(format!("attribute `{}` must be of kind {}, got {}", spec.name, spec.kind.name(), a.kind_name()))
+                return fail(match (spec.kind, a) {
+                    (AttrKind::Enum(e), Attr::Str(v)) => format!("{} `{v}` is not one of {}", e.what, e.names.join(", ")),
+                    _ => format!("attribute `{}` must be of kind {}, got {}", spec.name, spec.kind.name(), a.kind_name()),
+                })
             }
             None if spec.required => return fail(format!("missing required attribute `{}`", spec.name)),
             _ => {}
@@ -279,7 +274,6 @@ fn infer(
         }
         Compare => {
             same_type("operand types differ", ops[0], ops[1])?;
-            one_of("direction", str_attr(attrs, "direction")?, &["eq", "ne", "lt", "le", "gt", "ge"])?;
             one(ops[0].with_dtype(DType::Bool))
         }
         Select => {
@@ -436,9 +430,6 @@ fn infer(
             if ops[0].dtype != ops[1].dtype {
                 return fail(format!("dot_general operand dtypes differ: {} vs {}", ops[0].dtype, ops[1].dtype));
             }
-            if let Some(p) = attrs.str("precision") {
-                one_of("precision", p, &["default", "high", "highest"])?;
-            }
             // The result dtype may be wider than the operands' (preferred element type).
             let dtype = given1.map_or(ops[0].dtype, |t| t.dtype);
             one(TensorType::new(dtype, dims))
@@ -446,7 +437,6 @@ fn infer(
         Convolution => infer_convolution(ops, attrs, given1).map(|t| Some(vec![t])),
         Reduce => {
             let dims = ints(attrs, "dimensions")?;
-            one_of("kind", str_attr(attrs, "kind")?, &["sum", "prod", "max", "min", "and", "or"])?;
             check_dim_list("reduce dimensions", ops[0].rank(), dims.iter(), true)?;
             one(ops[0].with_dims(
                 ops[0].dims.iter().enumerate().filter(|(i, _)| !dims.contains(&(*i as i64))).map(|(_, d)| d.clone()),
@@ -454,7 +444,6 @@ fn infer(
         }
         ArgReduce => {
             let d = int(attrs, "dimension")?;
-            one_of("kind", str_attr(attrs, "kind")?, &["argmax", "argmin"])?;
             check_dim_list("arg_reduce dimension", ops[0].rank(), [d].iter(), true)?;
             let dtype = given1.map_or(DType::I64, |t| t.dtype);
             if !dtype.is_int() {
@@ -468,7 +457,6 @@ fn infer(
         ReduceWindow => infer_reduce_window(ops[0], attrs).map(|t| Some(vec![t])),
         Gather => infer_gather(ops[0], ops[1], attrs).map(|t| Some(vec![t])),
         Scatter => {
-            one_of("kind", str_attr(attrs, "kind")?, &["replace", "add", "mul", "max", "min"])?;
             if ops[2].dtype != ops[0].dtype {
                 return fail("scatter updates must have the operand's dtype");
             }
@@ -497,7 +485,6 @@ fn infer(
         }
         Scan => {
             let d = int(attrs, "dimension")?;
-            one_of("kind", str_attr(attrs, "kind")?, &["sum", "prod", "max", "min"])?;
             check_dim_list("scan dimension", ops[0].rank(), [d].iter(), true)?;
             one(ops[0].clone())
         }
@@ -509,7 +496,6 @@ fn infer(
         }
         Gelu => {
             need_float("gelu", ops[0])?;
-            one_of("approximate", str_attr(attrs, "approximate")?, &["none", "tanh"])?;
             one(ops[0].clone())
         }
         LayerNorm => {
@@ -618,7 +604,6 @@ fn infer_reduce_window_shape(
 }
 
 fn infer_reduce_window(x: &TensorType, attrs: &Attrs) -> RuleResult<TensorType> {
-    one_of("kind", str_attr(attrs, "kind")?, &["sum", "max", "min"])?;
     let r = x.rank();
     let v = window_attrs(attrs, r, &["base_dilations", "window_dilations"])?;
     infer_reduce_window_shape(x, attrs, Some(v[0]), Some(v[1]))
@@ -658,9 +643,6 @@ fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorTy
         let n = dim_static(&lhs.dims[2 + s], "spatial dim")?;
         let k = dim_static(&rhs.dims[2 + s], "kernel spatial dim")?;
         dims.push(Dim::Static(window_out(n, v[1][2 * s], v[1][2 * s + 1], k, v[0][s], v[2][s], v[3][s])?));
-    }
-    if let Some(p) = attrs.str("precision") {
-        one_of("precision", p, &["default", "high", "highest"])?;
     }
     Ok(TensorType::new(given.map_or(lhs.dtype, |t| t.dtype), dims))
 }

@@ -11,6 +11,7 @@
 pub mod attr;
 pub mod dtype;
 pub mod entity;
+pub mod enums;
 pub mod infer;
 pub mod module;
 pub mod opcode;
@@ -23,6 +24,9 @@ pub mod verify;
 pub use attr::{Attr, Attrs, Scalar, TensorData};
 pub use dtype::DType;
 pub use entity::{EntityId, PrimaryMap, SecondaryMap};
+pub use enums::{
+    ArgReduceKind, AttrEnum, Direction, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind,
+};
 pub use module::{
     ArgInfo, ArgKind, BlockId, Builder, Func, IrError, Loc, LocId, Module, OpData, OpId, RegionId, ResultInfo,
     ResultKind, ValueDef, ValueId,

@@ -8,6 +8,9 @@
 //! emitter expands them. Shape rules live in [`crate::infer`].
 
 use crate::attr::Attr;
+use crate::enums::{
+    ArgReduceKind, Direction, EnumSpec, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind,
+};
 use std::fmt;
 use std::str::FromStr;
 
@@ -49,6 +52,8 @@ pub enum AttrKind {
     Ints,
     DType,
     Tensor,
+    /// A word from a closed set ([`crate::enums`]), stored as a string.
+    Enum(EnumSpec),
 }
 
 impl AttrKind {
@@ -62,7 +67,7 @@ impl AttrKind {
                 | (AttrKind::Ints, Attr::Ints(_))
                 | (AttrKind::DType, Attr::DType(_))
                 | (AttrKind::Tensor, Attr::Tensor(_))
-        )
+        ) || matches!((self, a), (AttrKind::Enum(e), Attr::Str(s)) if e.names.contains(&s.as_str()))
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -73,6 +78,7 @@ impl AttrKind {
             AttrKind::Ints => "int list",
             AttrKind::DType => "dtype",
             AttrKind::Tensor => "tensor",
+            AttrKind::Enum(e) => e.what,
         }
     }
 }
@@ -154,6 +160,15 @@ macro_rules! ops {
 use Arity::{AtLeast, Between, Exactly};
 use AttrKind as K;
 
+const DIRECTION: K = K::Enum(EnumSpec::of::<Direction>());
+const PRECISION: K = K::Enum(EnumSpec::of::<Precision>());
+const REDUCE_KIND: K = K::Enum(EnumSpec::of::<ReduceKind>());
+const ARG_REDUCE_KIND: K = K::Enum(EnumSpec::of::<ArgReduceKind>());
+const WINDOW_KIND: K = K::Enum(EnumSpec::of::<WindowKind>());
+const SCATTER_KIND: K = K::Enum(EnumSpec::of::<ScatterKind>());
+const SCAN_KIND: K = K::Enum(EnumSpec::of::<ScanKind>());
+const APPROXIMATION: K = K::Enum(EnumSpec::of::<GeluApproximation>());
+
 const EW1: u32 = ELEMENTWISE | PURE;
 const EW2C: u32 = ELEMENTWISE | PURE | COMMUTATIVE;
 
@@ -225,7 +240,7 @@ ops! {
     Xor = "xor", Exactly(2), Exactly(1), [], EW2C, 0;
     Atan2 = "atan2", Exactly(2), Exactly(1), [], EW1, 0;
     /// comparison by `direction` (eq, ne, lt, le, gt, ge); result is bool
-    Compare = "compare", Exactly(2), Exactly(1), [req("direction", K::Str)], EW1, 0;
+    Compare = "compare", Exactly(2), Exactly(1), [req("direction", DIRECTION)], EW1, 0;
     /// pred ? on_true : on_false, element by element (pred is bool of the same shape)
     Select = "select", Exactly(3), Exactly(1), [], EW1, 0;
 
@@ -248,23 +263,23 @@ ops! {
     // ---- compute
     /// generalized matrix product: result dims are batch, lhs free, rhs free; `precision` is
     /// `default`, `high` or `highest`
-    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", K::Str)], PURE, 0;
+    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", PRECISION)], PURE, 0;
     /// N-d convolution in layout lhs [N, C, spatial...], rhs [O, I, spatial...], result
     /// [N, O, spatial...]; `padding` is [low0, high0, low1, high1, ...]
-    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", K::Str)], PURE, 0;
+    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", PRECISION)], PURE, 0;
     /// reduction of `dimensions` by `kind` (sum, prod, max, min, and, or); reduced dims removed
-    Reduce = "reduce", Exactly(1), Exactly(1), [req("dimensions", K::Ints), req("kind", K::Str)], PURE, 0;
+    Reduce = "reduce", Exactly(1), Exactly(1), [req("dimensions", K::Ints), req("kind", REDUCE_KIND)], PURE, 0;
     /// index of the max (`kind` = argmax) or min (argmin) along `dimension` (removed), first on
     /// ties; the result type gives the index dtype
-    ArgReduce = "arg_reduce", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", K::Str)], PURE, 0;
+    ArgReduce = "arg_reduce", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", ARG_REDUCE_KIND)], PURE, 0;
     /// sliding-window reduction by `kind` (sum, max, min); `padding` is [low0, high0, ...] and pads
     /// with the kind's identity
-    ReduceWindow = "reduce_window", Exactly(1), Exactly(1), [req("kind", K::Str), req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("base_dilations", K::Ints), req("window_dilations", K::Ints), req("padding", K::Ints)], PURE, 0;
+    ReduceWindow = "reduce_window", Exactly(1), Exactly(1), [req("kind", WINDOW_KIND), req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("base_dilations", K::Ints), req("window_dilations", K::Ints), req("padding", K::Ints)], PURE, 0;
     /// StableHLO gather (operand, start_indices)
     Gather = "gather", Exactly(2), Exactly(1), [req("offset_dims", K::Ints), req("collapsed_slice_dims", K::Ints), req("operand_batching_dims", K::Ints), req("start_indices_batching_dims", K::Ints), req("start_index_map", K::Ints), req("index_vector_dim", K::Int), req("slice_sizes", K::Ints)], PURE, 0;
     /// StableHLO scatter (operand, scatter_indices, updates) combining by `kind` (replace, add,
     /// mul, max, min)
-    Scatter = "scatter", Exactly(3), Exactly(1), [req("update_window_dims", K::Ints), req("inserted_window_dims", K::Ints), req("input_batching_dims", K::Ints), req("scatter_indices_batching_dims", K::Ints), req("scatter_dims_to_operand_dims", K::Ints), req("index_vector_dim", K::Int), req("kind", K::Str)], PURE, 0;
+    Scatter = "scatter", Exactly(3), Exactly(1), [req("update_window_dims", K::Ints), req("inserted_window_dims", K::Ints), req("input_batching_dims", K::Ints), req("scatter_indices_batching_dims", K::Ints), req("scatter_dims_to_operand_dims", K::Ints), req("index_vector_dim", K::Int), req("kind", SCATTER_KIND)], PURE, 0;
     /// For max-pool gradients: scatters `source` (second operand) to the position of each
     /// window's max in `operand`, adding where windows overlap. Window attributes as in
     /// reduce_window.
@@ -272,7 +287,7 @@ ops! {
     /// sorts along `dimension` (stable); results are the values and the i64 indices
     Sort = "sort", Exactly(1), Exactly(2), [req("dimension", K::Int), req("descending", K::Bool)], PURE, 0;
     /// inclusive prefix reduction along `dimension` by `kind` (sum, prod, max, min)
-    Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", K::Str)], PURE, 0;
+    Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", SCAN_KIND)], PURE, 0;
 
     // ---- high-level ops (expanded by the emitter; composites later)
     /// softmax along `dimension`
@@ -280,7 +295,7 @@ ops! {
     /// log(softmax) along `dimension`
     LogSoftmax = "log_softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;
     /// GELU, `approximate` = none (erf) or tanh
-    Gelu = "gelu", Exactly(1), Exactly(1), [req("approximate", K::Str)], ELEMENTWISE | PURE | COMPOSITE, 0;
+    Gelu = "gelu", Exactly(1), Exactly(1), [req("approximate", APPROXIMATION)], ELEMENTWISE | PURE | COMPOSITE, 0;
     /// normalizes over the trailing `normalized_rank` dims: results (x - mean) * rstd, mean and
     /// rstd = 1/sqrt(var + epsilon), the latter two with the normalized dims kept as size 1
     LayerNorm = "layer_norm", Exactly(1), Exactly(3), [req("normalized_rank", K::Int), req("epsilon", K::Float)], PURE | COMPOSITE, 0;

@@ -2,11 +2,12 @@
 //! region-carrying ops go to [`crate::reduce`], high-level ops to [`crate::expand`].
 
 use crate::emitter::{Emitter, Ty, V};
+use crate::reduce::enum_attr;
 use crate::literal::Lit;
 use crate::EmitError;
 use smallvec::{smallvec, SmallVec};
 use std::fmt::Write;
-use tpuc_ir::{Attrs, DType, OpId, Opcode};
+use tpuc_ir::{ArgReduceKind, Attrs, DType, Direction, GeluApproximation, OpId, Opcode, Precision, ScanKind};
 
 type Results = SmallVec<[V; 3]>;
 
@@ -18,17 +19,9 @@ fn int(a: &Attrs, name: &str) -> i64 {
     a.int(name).unwrap_or(0)
 }
 
-fn s<'a>(a: &'a Attrs, name: &str) -> &'a str {
-    a.str(name).unwrap_or("")
-}
-
 /// `default` → `DEFAULT`, ...
 fn precision(a: &Attrs) -> Option<&'static str> {
-    a.str("precision").map(|p| match p {
-        "high" => "HIGH",
-        "highest" => "HIGHEST",
-        _ => "DEFAULT",
-    })
+    a.get_enum::<Precision>("precision").map(Precision::stablehlo)
 }
 
 impl Emitter<'_> {
@@ -126,14 +119,7 @@ impl Emitter<'_> {
                 smallvec![self.binary(name, xs[0], xs[1], &rt)]
             }
             Compare => {
-                let dir = match s(a, "direction") {
-                    "eq" => "EQ",
-                    "ne" => "NE",
-                    "lt" => "LT",
-                    "le" => "LE",
-                    "gt" => "GT",
-                    _ => "GE",
-                };
+                let dir = enum_attr::<Direction>(a, "direction").stablehlo();
                 smallvec![self.compare(dir, xs[0], xs[1], &ts[0])]
             }
             Select => smallvec![self.select(xs[0], xs[1], xs[2], &rt)],
@@ -178,13 +164,13 @@ impl Emitter<'_> {
             )],
             Convolution => smallvec![self.convolution(xs[0], xs[1], (&ts[0], &ts[1]), a, &rt)],
             Reduce => {
-                smallvec![self.reduce(xs[0], &ts[0], s(a, "kind"), ints(a, "dimensions"), &rt)?]
+                smallvec![self.reduce(xs[0], &ts[0], enum_attr(a, "kind"), ints(a, "dimensions"), &rt)?]
             }
             ArgReduce => smallvec![self.arg_reduce(
                 xs[0],
                 &ts[0],
                 int(a, "dimension"),
-                s(a, "kind") == "argmax",
+                enum_attr::<ArgReduceKind>(a, "kind") == ArgReduceKind::Argmax,
                 &rt
             )?],
             ReduceWindow => smallvec![self.reduce_window(xs[0], &ts[0], a, &rt)?],
@@ -204,11 +190,11 @@ impl Emitter<'_> {
                 )?;
                 smallvec![v, i]
             }
-            Scan => smallvec![self.scan(xs[0], &ts[0], int(a, "dimension"), s(a, "kind"))?],
+            Scan => smallvec![self.scan(xs[0], &ts[0], int(a, "dimension"), enum_attr::<ScanKind>(a, "kind").into())?],
 
             Softmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), false)],
             LogSoftmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), true)],
-            Gelu => smallvec![self.gelu(xs[0], &rt, s(a, "approximate") == "tanh")?],
+            Gelu => smallvec![self.gelu(xs[0], &rt, enum_attr::<GeluApproximation>(a, "approximate") == GeluApproximation::Tanh)?],
             LayerNorm => {
                 let eps = a.float("epsilon").unwrap_or(1e-5);
                 let (y, mean, rstd) =

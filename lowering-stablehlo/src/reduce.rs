@@ -10,28 +10,34 @@ use crate::literal::Lit;
 use crate::EmitError;
 use smallvec::SmallVec;
 use std::fmt::Write;
-use tpuc_ir::{Attrs, DType};
+use tpuc_ir::{AttrEnum, Attrs, DType, ReduceKind, ScatterKind, WindowKind};
 
-/// The combining op and its identity for a reduction `kind` on `dt`.
-pub(crate) fn combiner(kind: &str, dt: DType) -> Option<(&'static str, Lit)> {
+/// The combining op and its identity for a reduction `kind` on `dt`; `None` where the kind
+/// has no meaning for the type (max of complex numbers, `and` of floats).
+pub(crate) fn combiner(kind: ReduceKind, dt: DType) -> Option<(&'static str, Lit)> {
+    use ReduceKind::*;
     if dt.is_bool() {
-        return match kind {
-            "sum" | "max" | "or" => Some(("or", Lit::B(false))),
-            "prod" | "min" | "and" => Some(("and", Lit::B(true))),
-            _ => None,
-        };
+        return Some(match kind {
+            Sum | Max | Or => ("or", Lit::B(false)),
+            Prod | Min | And => ("and", Lit::B(true)),
+        });
     }
     let ordered = !dt.is_complex();
     let int = dt.is_int();
     match kind {
-        "sum" => Some(("add", Lit::I(0))),
-        "prod" => Some(("multiply", Lit::I(1))),
-        "max" if ordered => Some(("maximum", Lit::Lowest)),
-        "min" if ordered => Some(("minimum", Lit::Highest)),
-        "and" if int => Some(("and", Lit::AllOnes)),
-        "or" if int => Some(("or", Lit::I(0))),
-        _ => None,
+        Sum => Some(("add", Lit::I(0))),
+        Prod => Some(("multiply", Lit::I(1))),
+        Max if ordered => Some(("maximum", Lit::Lowest)),
+        Min if ordered => Some(("minimum", Lit::Highest)),
+        And if int => Some(("and", Lit::AllOnes)),
+        Or if int => Some(("or", Lit::I(0))),
+        Max | Min | And | Or => None,
     }
+}
+
+/// An enum-valued attribute the op table requires (the verifier checked its word).
+pub(crate) fn enum_attr<E: AttrEnum>(a: &Attrs, name: &str) -> E {
+    a.get_enum(name).expect("verified module: enum attribute present and valid")
 }
 
 fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
@@ -39,7 +45,7 @@ fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
 }
 
 impl Emitter<'_> {
-    fn combiner_or_err(&self, kind: &str, dt: DType) -> Result<(&'static str, Lit), EmitError> {
+    fn combiner_or_err(&self, kind: ReduceKind, dt: DType) -> Result<(&'static str, Lit), EmitError> {
         combiner(kind, dt)
             .ok_or_else(|| self.unsupported(format!("reduction `{kind}` on {}", dt.name())))
     }
@@ -48,7 +54,7 @@ impl Emitter<'_> {
         &mut self,
         x: V,
         ty: &Ty,
-        kind: &str,
+        kind: ReduceKind,
         dims: &[i64],
         rt: &Ty,
     ) -> Result<V, EmitError> {
@@ -172,7 +178,7 @@ impl Emitter<'_> {
 
     /// Padding takes the kind's identity (-inf for max pooling, 0 for sums).
     pub fn reduce_window(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
-        let comb = self.combiner_or_err(a.str("kind").unwrap_or(""), ty.dt)?;
+        let comb = self.combiner_or_err(enum_attr::<WindowKind>(a, "kind").into(), ty.dt)?;
         let (bd, wd) = (ints(a, "base_dilations"), ints(a, "window_dilations"));
         let trivial = bd.iter().chain(wd).all(|&d| d == 1);
         Ok(self.window_reduce(
@@ -189,7 +195,7 @@ impl Emitter<'_> {
 
     /// Inclusive prefix reduction: a reduce_window whose window spans the whole dimension,
     /// padded by n-1 identities in front.
-    pub fn scan(&mut self, x: V, ty: &Ty, dim: i64, kind: &str) -> Result<V, EmitError> {
+    pub fn scan(&mut self, x: V, ty: &Ty, dim: i64, kind: ReduceKind) -> Result<V, EmitError> {
         let comb = self.combiner_or_err(kind, ty.dt)?;
         let d = dim as usize;
         let n = ty.dims[d];
@@ -266,12 +272,9 @@ impl Emitter<'_> {
         a: &Attrs,
         rt: &Ty,
     ) -> Result<V, EmitError> {
-        let kind = a.str("kind").unwrap_or("");
-        let body = match kind {
-            "replace" => None,
-            "add" => Some(self.combiner_or_err("sum", tx.dt)?.0),
-            "mul" => Some(self.combiner_or_err("prod", tx.dt)?.0),
-            k => Some(self.combiner_or_err(k, tx.dt)?.0),
+        let body = match enum_attr::<ScatterKind>(a, "kind").combiner() {
+            None => None,
+            Some(k) => Some(self.combiner_or_err(k, tx.dt)?.0),
         };
         let s = Ty::scalar(tx.dt);
         let r = self.def();
@@ -319,7 +322,7 @@ impl Emitter<'_> {
         (tx, ts): (&Ty, &Ty),
         a: &Attrs,
     ) -> Result<V, EmitError> {
-        let (add, zero) = self.combiner_or_err("sum", tx.dt)?;
+        let (add, zero) = self.combiner_or_err(ReduceKind::Sum, tx.dt)?;
         let s = Ty::scalar(tx.dt);
         let sb = Ty::scalar(DType::Bool);
         let init = self.splat(&s, zero);

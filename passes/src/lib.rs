@@ -34,6 +34,7 @@ pub use inline_weights::InlineWeights;
 pub use manager::{format_timings, Pass, PassError, PassManager, PassTiming};
 
 use std::collections::BTreeMap;
+pub use tpuc_ir::Precision;
 use tpuc_ir::TensorData;
 
 /// What the program is compiled for; the default pipeline and some passes depend on it.
@@ -53,41 +54,11 @@ impl Target {
             Target::Tpu => "tpu",
         }
     }
-}
 
-/// Matmul / convolution precision (the StableHLO precision config of `dot_general` and
-/// `convolution`): on TPU `default` is one bf16 pass with f32 accumulation, `high` three
-/// passes (bf16_3x), `highest` six (f32 accuracy).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
-    Default,
-    High,
-    Highest,
-}
-
-impl Precision {
-    /// The IR attribute value.
-    pub fn name(self) -> &'static str {
+    /// The precision policy when the user gives none: TPU `default` (as TorchTPU and JAX
+    /// do), CPU `highest` (what PyTorch computes on a CPU).
+    pub fn default_precision(self) -> Precision {
         match self {
-            Precision::Default => "default",
-            Precision::High => "high",
-            Precision::Highest => "highest",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Precision> {
-        match s {
-            "default" => Some(Precision::Default),
-            "high" => Some(Precision::High),
-            "highest" => Some(Precision::Highest),
-            _ => None,
-        }
-    }
-
-    /// The policy when the user gives none: TPU `default` (as TorchTPU and JAX do), CPU
-    /// `highest` (what PyTorch computes on a CPU).
-    pub fn default_for(target: Target) -> Precision {
-        match target {
             Target::Tpu => Precision::Default,
             Target::Cpu => Precision::Highest,
         }
@@ -111,7 +82,7 @@ pub struct PipelineOptions {
 impl PipelineOptions {
     /// The precision policy in effect.
     pub fn precision(&self) -> Precision {
-        self.precision.unwrap_or_else(|| Precision::default_for(self.target))
+        self.precision.unwrap_or_else(|| self.target.default_precision())
     }
 }
 

@@ -10,7 +10,7 @@
 
 use crate::util::all_blocks;
 use crate::{Pass, PassError, Precision};
-use tpuc_ir::{Attr, Module, Opcode};
+use tpuc_ir::{AttrEnum, Module, Opcode};
 
 pub struct SetPrecision {
     pub precision: Precision,
@@ -22,7 +22,7 @@ impl Pass for SetPrecision {
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let want = self.precision.name();
+        let want = self.precision;
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
@@ -31,10 +31,10 @@ impl Pass for SetPrecision {
                     continue;
                 }
                 let dt = m.values[d.operands[0]].ty.dtype;
-                if !(dt.is_float() || dt.is_complex()) || d.attrs.str("precision") == Some(want) {
+                if !(dt.is_float() || dt.is_complex()) || d.attrs.get_enum::<Precision>("precision") == Some(want) {
                     continue;
                 }
-                m.ops[op].attrs.set("precision", Attr::Str(want.to_string()));
+                m.ops[op].attrs.set("precision", want.attr());
                 changed = true;
             }
         }

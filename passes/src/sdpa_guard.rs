@@ -22,7 +22,7 @@ use crate::eval::{eval_value, to_f64s};
 use crate::util::{all_blocks, def_is, def_op, splat_f64, unary};
 use crate::{Pass, PassError};
 use std::collections::HashMap;
-use tpuc_ir::{Module, OpId, Opcode, ValueId};
+use tpuc_ir::{Direction, Module, OpId, Opcode, ReduceKind, ValueId};
 
 pub struct SdpaGuard;
 
@@ -43,11 +43,11 @@ fn strip_shape(m: &Module, mut v: ValueId) -> ValueId {
 /// `s != -inf` as the decomposition writes it: `not(s == -inf)` or `s != -inf`.
 fn not_neg_inf_of(m: &Module, v: ValueId) -> Option<ValueId> {
     let (cmp, want) = match unary(m, v, Opcode::Not) {
-        Some(inner) => (def_is(m, inner, Opcode::Compare)?, "eq"),
-        None => (def_is(m, v, Opcode::Compare)?, "ne"),
+        Some(inner) => (def_is(m, inner, Opcode::Compare)?, Direction::Eq),
+        None => (def_is(m, v, Opcode::Compare)?, Direction::Ne),
     };
     let d = &m.ops[cmp];
-    if d.attrs.str("direction") != Some(want) {
+    if d.attrs.get_enum::<Direction>("direction") != Some(want) {
         return None;
     }
     let (a, b) = (d.operands[0], d.operands[1]);
@@ -77,7 +77,7 @@ fn match_guard(m: &Module, sel: OpId) -> Option<(ValueId, ValueId, i64)> {
     let any_kept = strip_shape(m, unary(m, none_kept, Opcode::Not)?);
     let red = def_is(m, any_kept, Opcode::Reduce)?;
     let rd = &m.ops[red];
-    if rd.attrs.str("kind") != Some("or") || rd.attrs.ints("dimensions") != Some(&[dim][..]) {
+    if rd.attrs.get_enum::<ReduceKind>("kind") != Some(ReduceKind::Or) || rd.attrs.ints("dimensions") != Some(&[dim][..]) {
         return None;
     }
     let scores = not_neg_inf_of(m, rd.operands[0])?;

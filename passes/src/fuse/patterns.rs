@@ -7,7 +7,7 @@ use super::Match;
 use crate::eval::{eval_value, to_f64s};
 use crate::util::{binary, def_is, def_op, splat_f64, unary};
 use std::collections::HashMap;
-use tpuc_ir::{Attr, Module, OpId, Opcode, ValueId};
+use tpuc_ir::{Attr, AttrEnum, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
 
 /// What a matcher sees: the module (with its use lists) and the causal-mask proofs so far.
 pub struct Ctx<'m> {
@@ -192,7 +192,7 @@ fn mean_of(m: &Module, v: ValueId) -> Option<(ValueId, Vec<i64>, ValueId)> {
     };
     let r = def_is(m, unbcast(m, s), Opcode::Reduce)?;
     let d = &m.ops[r];
-    if d.attrs.str("kind") != Some("sum") {
+    if d.attrs.get_enum::<ReduceKind>("kind") != Some(ReduceKind::Sum) {
         return None;
     }
     let dims = d.attrs.ints("dimensions")?.to_vec();
@@ -668,13 +668,13 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
                 _ => false,
             };
             if x2 == x && cubed {
-                return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", Attr::Str("tanh".into()))], inputs: vec![x], outputs: vec![out] });
+                return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", GeluApproximation::Tanh.attr())], inputs: vec![x], outputs: vec![out] });
             }
         } else if let Some(w) = unary(m, t, Opcode::Erf) {
             let scaled = mul_splat(m, w).is_some_and(|(y, c)| y == x && close(c, std::f64::consts::FRAC_1_SQRT_2))
                 || binary(m, w, Opcode::Div).is_some_and(|(y, c)| y == x && splat_f64(m, c).is_some_and(|c| close(c, std::f64::consts::SQRT_2)));
             if scaled {
-                return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", Attr::Str("none".into()))], inputs: vec![x], outputs: vec![out] });
+                return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", GeluApproximation::None.attr())], inputs: vec![x], outputs: vec![out] });
             }
         }
     }
@@ -684,10 +684,10 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
 // ------------------------------------------------------------------------- softmax
 
 /// `reduce(kind, x, [d])` broadcast back in place (keepdim reshapes and broadcasts): (x, d).
-fn reduced(m: &Module, v: ValueId, kind: &str) -> Option<(ValueId, i64)> {
+fn reduced(m: &Module, v: ValueId, kind: ReduceKind) -> Option<(ValueId, i64)> {
     let r = def_is(m, unbcast(m, v), Opcode::Reduce)?;
     let d = &m.ops[r];
-    match (d.attrs.str("kind"), d.attrs.ints("dimensions")) {
+    match (d.attrs.get_enum::<ReduceKind>("kind"), d.attrs.ints("dimensions")) {
         (Some(k), Some([dim])) if k == kind => {
             let x = d.operands[0];
             let x_dims = m.values[x].ty.dims.clone();
@@ -700,7 +700,7 @@ fn reduced(m: &Module, v: ValueId, kind: &str) -> Option<(ValueId, i64)> {
 /// `x - max(x, d)`: (x, d); plain `x` otherwise (with no dim).
 fn shifted(m: &Module, z: ValueId) -> (ValueId, Option<i64>) {
     if let Some((x, mx)) = binary(m, z, Opcode::Sub) {
-        if let Some((x2, d)) = reduced(m, mx, "max") {
+        if let Some((x2, d)) = reduced(m, mx, ReduceKind::Max) {
             if x2 == x {
                 return (x, Some(d));
             }
@@ -718,7 +718,7 @@ fn softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     }
     let (e, s) = binary(m, out, Opcode::Div)?;
     let z = unary(m, e, Opcode::Exp)?;
-    let (e2, dim) = reduced(m, s, "sum")?;
+    let (e2, dim) = reduced(m, s, ReduceKind::Sum)?;
     if e2 != e {
         return None;
     }
@@ -738,7 +738,7 @@ fn log_softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     }
     let (z, l) = binary(m, out, Opcode::Sub)?;
     let s = unary(m, unbcast(m, l), Opcode::Log)?;
-    let (e, dim) = reduced(m, s, "sum")?;
+    let (e, dim) = reduced(m, s, ReduceKind::Sum)?;
     let r = def_is(m, unbcast(m, s), Opcode::Reduce)?;
     if !broadcast_back(m, l, m.ops[r].results[0], &m.values[e].ty.dims.clone(), &[dim]) {
         return None;
