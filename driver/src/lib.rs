@@ -79,7 +79,7 @@ impl LowerOptions {
     pub fn pass_names(&self) -> Vec<String> {
         let mut names: Vec<String> = match &self.passes {
             Some(list) => list.clone(),
-            None => tpuc_passes::default_pipeline(&self.pipeline_options()).into_iter().map(String::from).collect(),
+            None => tpuc_passes::default_pipeline(&self.pipeline_options()).into_iter().map(|p| p.name().to_string()).collect(),
         };
         if self.inline_weights && !names.iter().any(|n| n == "inline-weights") {
             names.insert(0, "inline-weights".to_string());

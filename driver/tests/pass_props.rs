@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use tpuc_driver::exec::{self, CompileRequest, Runner};
 use tpuc_driver::tensor::{compare, HostTensor};
 use tpuc_ir::{Attr, Attrs, Builder, DType, Dim, Module, Opcode, Scalar, TensorType, ValueId};
-use tpuc_passes::{create_pass, default_pipeline, PassManager, PipelineOptions, Target};
+use tpuc_passes::{create_pass, default_pipeline, PassId, PassManager, PipelineOptions, Target};
 
 /// One step of a random program, chosen by the strategy and applied to a pool of values.
 #[derive(Clone, Debug)]
@@ -264,7 +264,7 @@ fn configs() -> Vec<(String, Vec<String>, PipelineOptions, f64, f64)> {
         ("default tpu", PipelineOptions { target: Target::Tpu, ..Default::default() }),
         ("default cpu --no-fusion", PipelineOptions { no_fusion: true, ..Default::default() }),
     ] {
-        let names = default_pipeline(&opts).into_iter().map(String::from).collect();
+        let names = default_pipeline(&opts).into_iter().map(|p| p.name().to_string()).collect();
         v.push((label.to_string(), names, opts, exact, exact));
     }
     v
@@ -303,8 +303,8 @@ proptest! {
     fn unchanged_means_identical_and_compaction_is_invisible(steps in prop::collection::vec(step(), 3..20)) {
         let module = build(&steps);
         let weights = BTreeMap::new();
-        let mut pipelines: Vec<(Vec<&str>, PipelineOptions)> =
-            tpuc_passes::REGISTRY.iter().filter(|p| p.name != "inline-weights").map(|p| (vec![p.name], PipelineOptions::default())).collect();
+        let mut pipelines: Vec<(Vec<PassId>, PipelineOptions)> =
+            PassId::ALL.iter().filter(|&&p| p != PassId::InlineWeights).map(|&p| (vec![p], PipelineOptions::default())).collect();
         for opts in [PipelineOptions::default(), PipelineOptions { target: Target::Tpu, ..Default::default() }] {
             pipelines.push((default_pipeline(&opts), opts));
         }
@@ -314,7 +314,7 @@ proptest! {
                 let before = tpuc_ir::print_module(&m);
                 let mut pm = PassManager::new();
                 pm.verify_each = true;
-                pm.add_boxed(create_pass(n, &opts, &weights).unwrap());
+                pm.add_boxed(n.create(&opts, &weights));
                 let timings = pm.run(&mut m).unwrap_or_else(|e| panic!("{n}: {e}\n{before}"));
                 let after = tpuc_ir::print_module(&m);
                 if !timings[0].changed {

@@ -6,9 +6,10 @@
 //! that breaks an invariant is named at once. It can also print or dump the IR after each pass
 //! and time them.
 //!
-//! Passes are found by name in [`REGISTRY`] (what `tpuc opt --passes a,b,c` accepts; unknown
-//! names are an error listing the valid ones) and the default pipeline per target is
-//! [`default_pipeline`], one commented list. Every pass lives in its own file whose `//!`
+//! Every pass has a [`PassId`] in one registry: its name (what `tpuc opt --passes a,b,c`
+//! accepts; unknown names are an error listing the valid ones), its summary and its
+//! constructor. The default pipeline per target is [`default_pipeline`], one commented list of
+//! `PassId`s. Every pass lives in its own file whose `//!`
 //! header says what it needs and what it guarantees.
 
 pub mod bf16;
@@ -86,34 +87,91 @@ impl PipelineOptions {
     }
 }
 
-/// One entry of the pass registry.
-pub struct PassInfo {
-    pub name: &'static str,
-    pub summary: &'static str,
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $summary:literal; )*) => {
+        /// Every pass, by name: the one registry the pipelines, `--passes` and the docs use.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum PassId { $( $(#[$doc])* $variant ),* }
+
+        impl PassId {
+            /// Every pass in registry order.
+            pub const ALL: &'static [PassId] = &[$(PassId::$variant),*];
+
+            /// The name used on the command line, in dumps and in timings.
+            pub fn name(self) -> &'static str {
+                match self { $(PassId::$variant => $name),* }
+            }
+
+            /// One line on what the pass does.
+            pub fn summary(self) -> &'static str {
+                match self { $(PassId::$variant => $summary),* }
+            }
+        }
+    };
 }
 
-/// Every pass `--passes` accepts, by name.
-pub const REGISTRY: &[PassInfo] = &[
-    PassInfo { name: "inline-weights", summary: "weight arguments of main → constants" },
-    PassInfo { name: "canonicalize", summary: "fold-constants + fold-trivial + collapse-shapes to a fixed point, then dce" },
-    PassInfo { name: "fold-constants", summary: "ops on constants → constants" },
-    PassInfo { name: "fold-trivial", summary: "x+0, x*1, same-type converts, identity reshapes/transposes/broadcasts → x" },
-    PassInfo { name: "collapse-shapes", summary: "reshape/transpose/broadcast chains → one op" },
-    PassInfo { name: "cse", summary: "merge identical pure ops" },
-    PassInfo { name: "dce", summary: "remove unused pure ops" },
-    PassInfo { name: "sdpa-guard", summary: "drop the fully-masked-row guard of decomposed attention when the mask keeps a key in every row" },
-    PassInfo { name: "transpose-into-dot", summary: "transposes feeding dot_general → its dimension numbers" },
-    PassInfo { name: "weights-lhs", summary: "x · wᵀ with the larger w → (w · xᵀ)ᵀ (XLA CPU repacks a matmul's rhs on every call)" },
-    PassInfo { name: "fuse", summary: "attention, rope, gelu, layer/rms norm, softmax, log-softmax, silu, swiglu → stablehlo.composite" },
-    PassInfo { name: "narrow-64bit", summary: "TPU legalization: f64 as f32, i64 that fits as i32, converts at the boundary" },
-    PassInfo { name: "precision", summary: "dot/convolution precision config from the policy (--precision, else per target)" },
-    PassInfo { name: "bf16", summary: "matmuls and convolutions in bf16 with f32 accumulation" },
-    PassInfo { name: "excess-precision", summary: "drop f32 -> bf16 -> f32 style round trips" },
-];
+registry! {
+    InlineWeights = "inline-weights", "weight arguments of main → constants";
+    Canonicalize = "canonicalize", "fold-constants + fold-trivial + collapse-shapes to a fixed point, then dce";
+    FoldConstants = "fold-constants", "ops on constants → constants";
+    FoldTrivial = "fold-trivial", "x+0, x*1, same-type converts, identity reshapes/transposes/broadcasts → x";
+    CollapseShapes = "collapse-shapes", "reshape/transpose/broadcast chains → one op";
+    Cse = "cse", "merge identical pure ops";
+    Dce = "dce", "remove unused pure ops";
+    SdpaGuard = "sdpa-guard", "drop the fully-masked-row guard of decomposed attention when the mask keeps a key in every row";
+    TransposeIntoDot = "transpose-into-dot", "transposes feeding dot_general → its dimension numbers";
+    WeightsLhs = "weights-lhs", "x · wᵀ with the larger w → (w · xᵀ)ᵀ (XLA CPU repacks a matmul's rhs on every call)";
+    Fuse = "fuse", "attention, rope, gelu, layer/rms norm, softmax, log-softmax, silu, swiglu → stablehlo.composite";
+    Narrow64 = "narrow-64bit", "TPU legalization: f64 as f32, i64 that fits as i32, converts at the boundary";
+    Precision = "precision", "dot/convolution precision config from the policy (--precision, else per target)";
+    Bf16 = "bf16", "matmuls and convolutions in bf16 with f32 accumulation";
+    ExcessPrecision = "excess-precision", "drop f32 -> bf16 -> f32 style round trips";
+}
+
+impl std::fmt::Display for PassId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for PassId {
+    type Err = PassError;
+    /// A registered name; anything else is [`PassError::UnknownPass`] listing the valid ones.
+    fn from_str(name: &str) -> Result<PassId, PassError> {
+        PassId::ALL
+            .iter()
+            .copied()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| PassError::UnknownPass { name: name.to_string(), valid: pass_names() })
+    }
+}
+
+impl PassId {
+    /// Creates the pass. `weights` is what `inline-weights` embeds.
+    pub fn create<'w>(self, options: &PipelineOptions, weights: &'w BTreeMap<String, TensorData>) -> Box<dyn Pass + 'w> {
+        match self {
+            PassId::InlineWeights => Box::new(InlineWeights { weights }),
+            PassId::Canonicalize => Box::new(canonicalize::Canonicalize),
+            PassId::FoldConstants => Box::new(fold_constants::FoldConstants),
+            PassId::FoldTrivial => Box::new(fold_trivial::FoldTrivial),
+            PassId::CollapseShapes => Box::new(collapse_shapes::CollapseShapes),
+            PassId::Cse => Box::new(cse::Cse),
+            PassId::Dce => Box::new(dce::Dce),
+            PassId::SdpaGuard => Box::new(sdpa_guard::SdpaGuard),
+            PassId::TransposeIntoDot => Box::new(transpose_dot::TransposeIntoDot),
+            PassId::WeightsLhs => Box::new(weights_lhs::WeightsLhs),
+            PassId::Fuse => Box::new(fuse::Fuse),
+            PassId::Narrow64 => Box::new(narrow_64bit::Narrow64::default()),
+            PassId::Precision => Box::new(precision::SetPrecision { precision: options.precision() }),
+            PassId::Bf16 => Box::new(bf16::Bf16Matmuls),
+            PassId::ExcessPrecision => Box::new(excess_precision::ExcessPrecision),
+        }
+    }
+}
 
 /// The names of every registered pass, comma-separated (for error messages).
 pub fn pass_names() -> String {
-    REGISTRY.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+    PassId::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// Creates the pass called `name`. `weights` is what `inline-weights` embeds.
@@ -122,24 +180,7 @@ pub fn create_pass<'w>(
     options: &PipelineOptions,
     weights: &'w BTreeMap<String, TensorData>,
 ) -> Result<Box<dyn Pass + 'w>, PassError> {
-    Ok(match name {
-        "inline-weights" => Box::new(InlineWeights { weights }),
-        "canonicalize" => Box::new(canonicalize::Canonicalize),
-        "fold-constants" => Box::new(fold_constants::FoldConstants),
-        "fold-trivial" => Box::new(fold_trivial::FoldTrivial),
-        "collapse-shapes" => Box::new(collapse_shapes::CollapseShapes),
-        "cse" => Box::new(cse::Cse),
-        "sdpa-guard" => Box::new(sdpa_guard::SdpaGuard),
-        "transpose-into-dot" => Box::new(transpose_dot::TransposeIntoDot),
-        "narrow-64bit" => Box::new(narrow_64bit::Narrow64::default()),
-        "weights-lhs" => Box::new(weights_lhs::WeightsLhs),
-        "fuse" => Box::new(fuse::Fuse),
-        "precision" => Box::new(precision::SetPrecision { precision: options.precision() }),
-        "bf16" => Box::new(bf16::Bf16Matmuls),
-        "excess-precision" => Box::new(excess_precision::ExcessPrecision),
-        "dce" => Box::new(dce::Dce),
-        _ => return Err(PassError::UnknownPass { name: name.to_string(), valid: pass_names() }),
-    })
+    Ok(name.parse::<PassId>()?.create(options, weights))
 }
 
 /// Whether `transpose-into-dot` runs on the XLA CPU plugin. Measured (XLA CPU plugin
@@ -151,56 +192,72 @@ pub const TRANSPOSE_INTO_DOT_ON_CPU: bool = true;
 
 /// The default pipeline for `options` (without `inline-weights`, which the driver puts first
 /// when asked). Every ordering constraint is commented.
-pub fn default_pipeline(options: &PipelineOptions) -> Vec<&'static str> {
+pub fn default_pipeline(options: &PipelineOptions) -> Vec<PassId> {
     let tpu = options.target == Target::Tpu;
     let mut p = Vec::new();
     // 1. Merge duplicates first, so patterns see one value where the program computed the
     //    same thing twice (a layer norm's `x - mean`), and shared masks and constants.
-    p.push("cse");
+    p.push(PassId::Cse);
     // 2. The SDPA guard goes before fusion so attention bodies do not carry it; it
     //    evaluates the mask itself and needs no folding.
-    p.push("sdpa-guard");
-    p.push("dce");
+    p.push(PassId::SdpaGuard);
+    p.push(PassId::Dce);
     // 3. TPU legality before fusion: it leaves op regions alone, so composite bodies must be
     //    made from already narrowed ops.
     if tpu {
-        p.push("narrow-64bit");
+        p.push(PassId::Narrow64);
     }
     // 4. Fusion before `canonicalize`, which would merge the head transposes that delimit
     //    attention's q, k and v. The patterns look through broadcast scalars themselves.
     if !options.no_fusion {
-        p.push("fuse");
+        p.push(PassId::Fuse);
     }
     // 5. Cleanup (of composite bodies too): splat constants instead of broadcast scalars, one
     //    reshape/transpose/broadcast instead of chains, identities gone.
-    p.push("canonicalize");
+    p.push(PassId::Canonicalize);
     // 6. After canonicalize: constants folded to the same value are now equal ops.
-    p.push("cse");
+    p.push(PassId::Cse);
     // 7. Layout: transposes into dot dimension numbers (after canonicalize merged transpose
     //    chains). On TPU XLA assigns layouts itself; on CPU see TRANSPOSE_INTO_DOT_ON_CPU.
     if tpu || TRANSPOSE_INTO_DOT_ON_CPU {
-        p.push("transpose-into-dot");
+        p.push(PassId::TransposeIntoDot);
     }
     // 7b. CPU only: the larger matmul operand (the weight) as the lhs, after
     //     `transpose-into-dot` has turned transposed weights into `[1]x[1]` dots. On TPU XLA
     //     chooses operand layouts itself.
     if !tpu {
-        p.push("weights-lhs");
+        p.push(PassId::WeightsLhs);
     }
     // 8. Precision once the structure is final, composite bodies included; `bf16` first so
     //    `precision` sees the final operand types.
     if options.bf16 {
-        p.push("bf16");
+        p.push(PassId::Bf16);
     }
-    p.push("precision");
+    p.push(PassId::Precision);
     if options.allow_excess_precision {
-        p.push("excess-precision");
+        p.push(PassId::ExcessPrecision);
     }
     // 9. Whatever the passes above left: converts of constant weights, dead transposes.
-    p.push("canonicalize");
+    p.push(PassId::Canonicalize);
     p
 }
 
 fn failed(pass: &str, e: impl std::fmt::Display) -> PassError {
     PassError::Failed { pass: pass.to_string(), message: e.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registered_pass_is_created_under_its_own_name() {
+        let weights = BTreeMap::new();
+        for &id in PassId::ALL {
+            assert_eq!(id.create(&PipelineOptions::default(), &weights).name(), id.name());
+            assert_eq!(id.name().parse::<PassId>().unwrap(), id);
+        }
+        let err = "no-such-pass".parse::<PassId>().unwrap_err().to_string();
+        assert!(err.contains("unknown pass `no-such-pass`") && err.contains("canonicalize"), "{err}");
+    }
 }
