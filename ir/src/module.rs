@@ -9,8 +9,9 @@
 //! - a block keeps its ops in a doubly linked list threaded through [`OpData`] (`prev`/`next`),
 //!   with sequence numbers for O(1) "comes before" ([`Module::is_before`]); inserting or
 //!   removing an op never shifts other ops;
-//! - every value keeps the list of its uses (op and operand index), so
-//!   [`Module::replace_all_uses`] touches only those uses. Operands change only through
+//! - every value keeps the list of its uses (op and operand index), and every operand slot
+//!   its position in that list, so [`Module::replace_all_uses`] touches only those uses and
+//!   dropping one use is O(1) however many the value has. Operands change only through
 //!   [`Module::set_operand`] and the other methods here, and the verifier checks that the use
 //!   lists agree with the operands;
 //! - erased ops stay in the arena until [`Module::compact`] renumbers the live entities.
@@ -80,6 +81,8 @@ pub struct OpData {
     pub opcode: Opcode,
     /// Read freely; change only through [`Module::set_operand`] (use lists).
     pub operands: SmallVec<[ValueId; 3]>,
+    /// For each operand, the position of its [`Use`] in the operand's use list.
+    use_pos: SmallVec<[u32; 3]>,
     pub results: SmallVec<[ValueId; 1]>,
     pub attrs: Attrs,
     pub regions: SmallVec<[RegionId; 1]>,
@@ -415,6 +418,7 @@ impl Module {
         let op = self.ops.push(OpData {
             opcode,
             operands: operands.into(),
+            use_pos: smallvec::smallvec![u32::MAX; operands.len()],
             results: SmallVec::new(),
             attrs,
             regions: regions.into(),
@@ -427,7 +431,7 @@ impl Module {
         for (i, &v) in operands.iter().enumerate() {
             // The parser may hand over ids that name no value; the verifier reports them.
             if self.values.is_valid(v) {
-                self.values[v].uses.push(Use { op, index: i as u32 });
+                self.push_use(v, Use { op, index: i as u32 });
             }
         }
         for (i, ty) in result_types.into_iter().enumerate() {
@@ -604,14 +608,27 @@ impl Module {
         self.values[v].uses.iter().map(|u| u.op)
     }
 
+    fn push_use(&mut self, v: ValueId, u: Use) {
+        let uses = &mut self.values[v].uses;
+        self.ops[u.op].use_pos[u.index as usize] = uses.len() as u32;
+        uses.push(u);
+    }
+
+    /// Drops use `u` of `v` in O(1): the last use takes its place in the list.
     fn remove_use(&mut self, v: ValueId, u: Use) {
         if !self.values.is_valid(v) {
             return;
         }
+        let pos = self.ops[u.op].use_pos[u.index as usize] as usize;
         let uses = &mut self.values[v].uses;
-        if let Some(i) = uses.iter().position(|&x| x == u) {
-            uses.swap_remove(i);
+        if uses.get(pos) != Some(&u) {
+            return;
         }
+        uses.swap_remove(pos);
+        if let Some(&moved) = uses.get(pos) {
+            self.ops[moved.op].use_pos[moved.index as usize] = pos as u32;
+        }
+        self.ops[u.op].use_pos[u.index as usize] = u32::MAX;
     }
 
     /// Sets operand `index` of `op` to `v`.
@@ -624,7 +641,7 @@ impl Module {
         self.remove_use(old, u);
         self.ops[op].operands[index] = v;
         if !self.ops[op].erased {
-            self.values[v].uses.push(u);
+            self.push_use(v, u);
         }
     }
 
@@ -634,10 +651,10 @@ impl Module {
             return;
         }
         let uses = std::mem::take(&mut self.values[from].uses);
-        for u in &uses {
+        for &u in &uses {
             self.ops[u.op].operands[u.index as usize] = to;
+            self.push_use(to, u);
         }
-        self.values[to].uses.extend(uses);
     }
 
     /// Replaces the uses of `from` by `to` in the ops for which `keep_old` is false.
@@ -646,12 +663,11 @@ impl Module {
             return;
         }
         let uses = std::mem::take(&mut self.values[from].uses);
-        let (keep, moved): (SmallVec<[Use; 2]>, SmallVec<[Use; 2]>) = uses.into_iter().partition(|u| keep_old(u.op));
-        for u in &moved {
-            self.ops[u.op].operands[u.index as usize] = to;
+        for u in uses {
+            let target = if keep_old(u.op) { from } else { to };
+            self.ops[u.op].operands[u.index as usize] = target;
+            self.push_use(target, u);
         }
-        self.values[from].uses = keep;
-        self.values[to].uses.extend(moved);
     }
 
     /// Uses of every value from attached ops.
@@ -675,7 +691,8 @@ impl Module {
                 continue;
             }
             for (i, &v) in d.operands.iter().enumerate() {
-                if self.values.is_valid(v) && !self.values[v].uses.contains(&Use { op, index: i as u32 }) {
+                let at = d.use_pos.get(i).and_then(|&p| self.values.get(v)?.uses.get(p as usize));
+                if self.values.is_valid(v) && at != Some(&Use { op, index: i as u32 }) {
                     errs.push(format!("operand {i} of {op} ({}) reads {v} but is not in its use list", d.opcode));
                 }
             }
