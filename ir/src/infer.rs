@@ -310,7 +310,12 @@ fn infer(
             if [t, ops[0]].iter().any(|x| x.is_static() && x.num_elements().is_none()) {
                 return fail(format!("reshape element count overflows: {} to {t}", ops[0]));
             }
-            if t.num_elements_expr() != ops[0].num_elements_expr() {
+            // Static counts compare as integers (no expression arithmetic on the hot path).
+            let same_count = match (t.num_elements(), ops[0].num_elements()) {
+                (Some(a), Some(b)) => a == b,
+                _ => t.num_elements_expr() == ops[0].num_elements_expr(),
+            };
+            if !same_count {
                 return fail(format!("reshape changes the element count: {} to {t}", ops[0]));
             }
             Ok(None)
