@@ -210,7 +210,7 @@ def _restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
             if n == 1 and shape[d] != 1:
                 t = t.narrow(d, 0, 1)
     base = torch.empty_strided(base_shape, stride, dtype=t.dtype)
-    if torch._C._debug_has_internal_overlap(base) != 0:
+    if torch._debug_has_internal_overlap(base) != 0:
         return t.expand(shape) if base_shape != tuple(shape) else t
     base.copy_(t)
     return base if base_shape == tuple(shape) else base.as_strided(shape, stride)
