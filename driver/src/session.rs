@@ -423,12 +423,16 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
+    /// Fails the test, as the runtime's tests do, when the CPU plugin cannot be found.
+    fn require_cpu_plugin() {
+        if let Err(e) = tpuc_runtime::discover().plugin(Target::Cpu) {
+            panic!("{e}\nThe session tests need the CPU PJRT plugin in the project's .venv: run scripts/setup.sh");
+        }
+    }
+
     #[test]
     fn compiles_and_runs_with_resident_weight() {
-        if tpuc_runtime::discover().plugin(Target::Cpu).is_err() {
-            eprintln!("skipped: no CPU PJRT plugin");
-            return;
-        }
+        require_cpu_plugin();
         let mut p = compile(PROGRAM.as_bytes().to_vec(), &SessionOptions::default()).unwrap();
         assert_eq!(p.inputs, vec![InputSlot::Arg(0), InputSlot::Arg(1)]);
         assert_eq!(p.outputs[0], OutputSlot::Result(0));
