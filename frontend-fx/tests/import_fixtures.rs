@@ -25,7 +25,7 @@ fn every_fixture_imports_with_matching_signature() {
     assert!(entries.len() >= 14, "manifest has {} entries", entries.len());
     for e in entries {
         let imp = import_file(&e.file).unwrap_or_else(|err| panic!("{}: {err}", e.name));
-        tpuc_ir::verify(&imp.module).unwrap_or_else(|errs| panic!("{}: {errs:?}", e.name));
+        common::check_text_roundtrip(&imp.module);
         let f = imp.module.main_func().unwrap();
         assert_eq!(f.name, "main");
         let block = imp.module.entry_block(f);

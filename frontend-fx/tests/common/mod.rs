@@ -45,6 +45,27 @@ pub fn read_npy(path: &Path) -> T {
     T { dtype, shape, data: vals }
 }
 
+/// What an imported module promises beyond verifying (which the import checks itself): its
+/// text parses back into a module that verifies and prints the same text.
+pub fn check_text_roundtrip(m: &tpuc_ir::Module) {
+    let text = tpuc_ir::print_module(m);
+    let parsed = tpuc_ir::parse_module(&text).unwrap_or_else(|e| panic!("the imported module does not parse back: {e}\n{text}"));
+    if let Err(errs) = tpuc_ir::verify(&parsed) {
+        let errs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        panic!("the imported module does not verify after a text round trip:\n{}\n{text}", errs.join("\n"));
+    }
+    let again = tpuc_ir::print_module(&parsed);
+    if again != text {
+        let line = text.lines().zip(again.lines()).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "the imported module prints differently after a text round trip, first at line {}:\n  {}\n  {}",
+            line + 1,
+            text.lines().nth(line).unwrap_or(""),
+            again.lines().nth(line).unwrap_or("")
+        );
+    }
+}
+
 /// A weight as an interpreter value.
 pub fn tensor_of(w: &tpuc_ir::TensorData) -> T {
     let shape: Vec<usize> = w.ty.static_dims().unwrap().iter().map(|&d| d as usize).collect();
