@@ -135,7 +135,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {
         return Err(ExecError::Unsupported(format!("a result has the dynamic type {t}")).into());
     }
-    let stablehlo = lowered.stablehlo.take().unwrap_or_default();
+    let stablehlo = lowered.stablehlo.as_deref().unwrap_or_default();
     if let Some(dir) = &module_dump {
         write(dir, "module.tpuc", tpuc_ir::print_module(module).as_bytes())?;
         write(dir, "module.stablehlo.mlir", stablehlo.as_bytes())?;
@@ -146,8 +146,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         partitions: 1,
         plugin: options.plugin.clone(),
     };
-    let key_program = crate::key_program(module)?;
-    let compiled = exec::compile_cached(&stablehlo, &key_program, &request, cache(), &options.name)?;
+    // The key hashes the text just emitted (emitted without locations, as keys need).
+    let compiled = exec::compile_cached(stablehlo, &lowered.key_program()?, &request, cache(), &options.name)?;
     if let Some(dir) = &module_dump {
         let json = serde_json::to_vec_pretty(&compiled.summary).unwrap_or_default();
         write(dir, "compile.json", &json)?;
@@ -175,7 +175,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         resident: args.iter().map(|_| None).collect(),
         args,
         results,
-        stablehlo,
+        stablehlo: lowered.stablehlo.unwrap_or_default(),
         summary: compiled.summary,
         timings: lowered.timings,
         serialized: compiled.serialized,
