@@ -1,8 +1,13 @@
 //! The compile pipeline, wired once for every caller (the `tpuc` CLI and the Python extension).
 //!
 //! ```text
-//! import (frontend-fx) ─► verify ─► passes (PassManager) ─► emit StableHLO (lowering-stablehlo)
+//! import (frontend-fx, verifies) ─► passes (PassManager, verifies at the end) ─► emit StableHLO
 //! ```
+//!
+//! Each stage's result is verified once in release builds: the importer verifies what it
+//! built, the pass manager the result of the pipeline (and after every pass with
+//! `verify_each`, always in debug builds), and the emitter trusts the pass manager. The
+//! StableHLO text is emitted once: the cache key hashes that same text ([`Lowered::key_program`]).
 //!
 //! Errors are split by whose fault they are: [`DriverError::is_user_error`] is true for bad
 //! input, unsupported ops and invalid options (the CLI exits 1) and false for compiler bugs such
@@ -12,6 +17,7 @@ pub mod exec;
 pub mod session;
 pub mod tensor;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -104,8 +110,6 @@ pub enum DriverError {
     Pass(#[from] PassError),
     #[error(transparent)]
     Emit(#[from] EmitError),
-    #[error("the imported IR is invalid (a tpuc bug):\n{0}")]
-    InvalidImport(String),
     /// A `.tpuc` IR text file that does not parse or verify.
     #[error("{path}: {message}")]
     IrText { path: String, message: String },
@@ -123,7 +127,6 @@ impl DriverError {
             DriverError::Pass(_) => false,
             DriverError::Emit(EmitError::DynamicDim { .. } | EmitError::Unsupported { .. }) => true,
             DriverError::Emit(_) => false,
-            DriverError::InvalidImport(_) => false,
             // Plugin failures (a compile error, a missing plugin) are reported with the plugin's
             // message; the user can act on them (fix the program, install the plugin).
             DriverError::Exec(_) => true,
@@ -140,6 +143,26 @@ pub struct Lowered {
     pub timings: Timings,
     /// One-line notes from the passes for the user (e.g. what TPU legalization narrowed).
     pub notes: Vec<String>,
+    /// Whether `stablehlo` was emitted with the options cache keys use.
+    stablehlo_is_key: bool,
+}
+
+impl Lowered {
+    /// The StableHLO text cache keys hash: the module emitted without locations as
+    /// `module @main`, so renaming nodes or editing source lines never changes a key. That is
+    /// `stablehlo` itself when it was emitted so (the default options), and only otherwise
+    /// emitted here.
+    pub fn key_program(&self) -> Result<Cow<'_, str>, DriverError> {
+        match &self.stablehlo {
+            Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
+            // The pass manager verified the module at the end of the pipeline.
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options())?)),
+        }
+    }
+}
+
+fn key_emit_options() -> EmitOptions {
+    EmitOptions { module_name: "main".to_string(), debug_locations: false, ..Default::default() }
 }
 
 /// Wall time of each stage.
@@ -165,16 +188,13 @@ pub fn import(path: &Path) -> Result<Imported, DriverError> {
     if path.extension().is_some_and(|e| e == "tpuc") {
         return import_ir_text(path);
     }
-    let imported = tpuc_frontend_fx::import_file(path)?;
-    check_imported(&imported.module)?;
-    Ok(imported)
+    // The importer verifies what it built.
+    Ok(tpuc_frontend_fx::import_file(path)?)
 }
 
 /// Same as [`import`] for bytes already in memory.
 pub fn import_bytes(bytes: Vec<u8>) -> Result<Imported, DriverError> {
-    let imported = tpuc_frontend_fx::import_bytes(bytes)?;
-    check_imported(&imported.module)?;
-    Ok(imported)
+    Ok(tpuc_frontend_fx::import_bytes(bytes)?)
 }
 
 /// Parses and verifies tpuc IR text; `main`'s arguments and results are the signature.
@@ -205,12 +225,6 @@ pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
     })
 }
 
-fn check_imported(m: &Module) -> Result<(), DriverError> {
-    tpuc_ir::verify(m).map_err(|errs| {
-        DriverError::InvalidImport(errs.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))
-    })
-}
-
 /// The pass pipeline for `options`: `inline-weights` first when asked, then the explicit
 /// `passes` list or the target's default pipeline ([`tpuc_passes::default_pipeline`]).
 /// Unknown pass names are an error listing the valid ones.
@@ -236,28 +250,23 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
     let notes = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
+    let opts = EmitOptions {
+        module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
+        debug_locations: options.debug_locations,
+        ..Default::default()
+    };
     let stablehlo = match emit {
         Emit::Ir => None,
         Emit::StableHlo => {
             let start = Instant::now();
-            let opts = EmitOptions {
-                module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
-                debug_locations: options.debug_locations,
-                ..Default::default()
-            };
-            let text = tpuc_lowering_stablehlo::emit_stablehlo(&module, &opts)?;
+            // The pass manager verified the module at the end of the pipeline.
+            let text = tpuc_lowering_stablehlo::emit_verified_stablehlo(&module, &opts)?;
             timings.emit = start.elapsed();
             Some(text)
         }
     };
-    Ok(Lowered { module, weights, stablehlo, timings, notes })
-}
-
-/// The StableHLO text cache keys hash: the module emitted without locations, so renaming nodes
-/// or editing source lines never changes a key.
-pub fn key_program(module: &Module) -> Result<String, DriverError> {
-    let opts = EmitOptions { module_name: "main".to_string(), debug_locations: false, ..Default::default() };
-    Ok(tpuc_lowering_stablehlo::emit_stablehlo(module, &opts)?)
+    let stablehlo_is_key = opts == key_emit_options();
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key })
 }
 
 /// Import then lower, timing the import too.

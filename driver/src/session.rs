@@ -135,7 +135,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {
         return Err(ExecError::Unsupported(format!("a result has the dynamic type {t}")).into());
     }
-    let stablehlo = lowered.stablehlo.take().unwrap_or_default();
+    let stablehlo = lowered.stablehlo.as_deref().unwrap_or_default();
     if let Some(dir) = &module_dump {
         write(dir, "module.tpuc", tpuc_ir::print_module(module).as_bytes())?;
         write(dir, "module.stablehlo.mlir", stablehlo.as_bytes())?;
@@ -146,8 +146,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         partitions: 1,
         plugin: options.plugin.clone(),
     };
-    let key_program = crate::key_program(module)?;
-    let compiled = exec::compile_cached(&stablehlo, &key_program, &request, cache(), &options.name)?;
+    // The key hashes the text just emitted (emitted without locations, as keys need).
+    let compiled = exec::compile_cached(stablehlo, &lowered.key_program()?, &request, cache(), &options.name)?;
     if let Some(dir) = &module_dump {
         let json = serde_json::to_vec_pretty(&compiled.summary).unwrap_or_default();
         write(dir, "compile.json", &json)?;
@@ -175,7 +175,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         resident: args.iter().map(|_| None).collect(),
         args,
         results,
-        stablehlo,
+        stablehlo: lowered.stablehlo.unwrap_or_default(),
         summary: compiled.summary,
         timings: lowered.timings,
         serialized: compiled.serialized,
@@ -423,12 +423,16 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
+    /// Fails the test, as the runtime's tests do, when the CPU plugin cannot be found.
+    fn require_cpu_plugin() {
+        if let Err(e) = tpuc_runtime::discover().plugin(Target::Cpu) {
+            panic!("{e}\nThe session tests need the CPU PJRT plugin in the project's .venv: run scripts/setup.sh");
+        }
+    }
+
     #[test]
     fn compiles_and_runs_with_resident_weight() {
-        if tpuc_runtime::discover().plugin(Target::Cpu).is_err() {
-            eprintln!("skipped: no CPU PJRT plugin");
-            return;
-        }
+        require_cpu_plugin();
         let mut p = compile(PROGRAM.as_bytes().to_vec(), &SessionOptions::default()).unwrap();
         assert_eq!(p.inputs, vec![InputSlot::Arg(0), InputSlot::Arg(1)]);
         assert_eq!(p.outputs[0], OutputSlot::Result(0));

@@ -139,3 +139,20 @@ fn snapshots_after_the_default_pipelines() {
         insta::assert_snapshot!(name, tpuc_ir::print_module(&lowered.module));
     }
 }
+
+#[test]
+fn the_cache_key_hashes_the_emitted_text_without_emitting_again() {
+    let file = fixtures_dir().join("mlp/core.pt2");
+    let lowered = tpuc_driver::compile_file(&file, &LowerOptions::default(), Emit::StableHlo).unwrap();
+    let key = lowered.key_program().unwrap();
+    assert!(matches!(key, std::borrow::Cow::Borrowed(_)), "emitted a second time for the key");
+    assert_eq!(key.as_ref(), lowered.stablehlo.as_deref().unwrap());
+
+    // With locations the text differs from the key's, which is then emitted apart, without them.
+    let options = LowerOptions { debug_locations: true, ..Default::default() };
+    let located = tpuc_driver::compile_file(&file, &options, Emit::StableHlo).unwrap();
+    let text = located.stablehlo.as_deref().unwrap();
+    let key2 = located.key_program().unwrap();
+    assert!(text.contains("loc(") && !key2.contains("loc("), "{key2}");
+    assert_eq!(key2, key, "locations change the key");
+}

@@ -25,7 +25,7 @@ fn every_fixture_imports_with_matching_signature() {
     assert!(entries.len() >= 14, "manifest has {} entries", entries.len());
     for e in entries {
         let imp = import_file(&e.file).unwrap_or_else(|err| panic!("{}: {err}", e.name));
-        tpuc_ir::verify(&imp.module).unwrap_or_else(|errs| panic!("{}: {errs:?}", e.name));
+        common::check_text_roundtrip(&imp.module);
         let f = imp.module.main_func().unwrap();
         assert_eq!(f.name, "main");
         let block = imp.module.entry_block(f);
@@ -37,11 +37,11 @@ fn every_fixture_imports_with_matching_signature() {
         for (&i, p) in user.iter().zip(&e.inputs) {
             let npy = common::read_npy(p.as_ref().unwrap());
             let ty = imp.module.value_type(args[i]);
-            assert_eq!(ty.dtype, npy.dtype, "{}: input {i} dtype", e.name);
-            assert_eq!(ty.rank(), npy.shape.len(), "{}: input {i} rank", e.name);
-            for (d, &n) in ty.dims.iter().zip(&npy.shape) {
+            assert_eq!(ty.dtype, npy.ty.dtype, "{}: input {i} dtype", e.name);
+            assert_eq!(ty.rank(), npy.ty.rank(), "{}: input {i} rank", e.name);
+            for (d, &n) in ty.dims.iter().zip(&common::dims(&npy)) {
                 if let Dim::Static(s) = d {
-                    assert_eq!(*s as usize, n, "{}: input {i} dims {ty}", e.name);
+                    assert_eq!(*s, n, "{}: input {i} dims {ty}", e.name);
                 }
             }
         }
@@ -62,8 +62,8 @@ fn every_fixture_imports_with_matching_signature() {
                 (OutputSlot::Result(r), Some(p)) => {
                     let npy = common::read_npy(p);
                     let ty = imp.module.value_type(results[*r]);
-                    assert_eq!(ty.dtype, npy.dtype, "{}: output {k} dtype", e.name);
-                    assert_eq!(ty.rank(), npy.shape.len(), "{}: output {k} rank", e.name);
+                    assert_eq!(ty.dtype, npy.ty.dtype, "{}: output {k} dtype", e.name);
+                    assert_eq!(ty.rank(), npy.ty.rank(), "{}: output {k} rank", e.name);
                     assert_eq!(f.results[*r].kind, ResultKind::UserOutput);
                 }
                 (OutputSlot::Const(ConstValue::None), None) => {}

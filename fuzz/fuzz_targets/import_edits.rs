@@ -1,9 +1,12 @@
 //! Structure-aware fuzzing of the ATen lowerings: takes a valid program (fuzz/seeds), then
 //! lets the fuzz input retarget nodes to any supported op and replace their arguments and
-//! recorded sizes with hostile values. Import must return an error or a verified module.
+//! recorded sizes with hostile values. Import must return an error or a module that
+//! round-trips through the IR text and verifies.
 //!
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run import_edits`
 #![no_main]
+
+mod common;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -120,6 +123,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(bytes) = serde_json::to_vec(&v) else { return };
     if let Ok(imp) = tpuc_frontend_fx::import_bytes(bytes) {
-        assert!(tpuc_ir::verify(&imp.module).is_ok());
+        common::check_text_roundtrip(&imp.module);
     }
 });

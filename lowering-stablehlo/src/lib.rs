@@ -1,7 +1,8 @@
 //! tpuc IR → StableHLO MLIR text.
 //!
 //! [`emit_stablehlo`] verifies the module ([`tpuc_ir::verify()`]; an unverified module never
-//! reaches code generation) and writes it in the pretty form `stablehlo-opt` prints:
+//! reaches code generation; [`emit_verified_stablehlo`] trusts a caller that just verified it)
+//! and writes it in the pretty form `stablehlo-opt` prints:
 //!
 //! ```text
 //! module @tpuc {
@@ -118,6 +119,20 @@ impl fmt::Display for VerifyErrors<'_> {
 /// Verifies `module` and writes it as StableHLO MLIR text.
 pub fn emit_stablehlo(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
     tpuc_ir::verify(module).map_err(EmitError::Invalid)?;
+    emit(module, options)
+}
+
+/// [`emit_stablehlo`] for a module its caller has just verified (the pass manager always
+/// verifies at its end), so that a compile verifies once per stage: the verification is not
+/// repeated here, except in debug builds.
+pub fn emit_verified_stablehlo(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
+    if cfg!(debug_assertions) {
+        tpuc_ir::verify(module).map_err(EmitError::Invalid)?;
+    }
+    emit(module, options)
+}
+
+fn emit(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
     if module.funcs.is_empty() {
         return Err(EmitError::NoFunctions);
     }

@@ -157,3 +157,55 @@ impl<'p> PassManager<'p> {
         std::fs::write(&path, print_module(module)).map_err(|source| PassError::Dump { path, source })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpuc_ir::{DType, TensorType};
+
+    /// Gives `neg`'s result another dtype (`break_it`) or its own back: between the two the
+    /// module does not verify.
+    struct Retype {
+        name: &'static str,
+        dtype: DType,
+    }
+
+    impl Pass for Retype {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+
+        fn run(&self, m: &mut Module) -> Result<bool, PassError> {
+            let (op, _) = m.ops.iter().find(|(_, d)| d.opcode == tpuc_ir::Opcode::Neg).expect("a neg");
+            let r = m.ops[op].results[0];
+            m.values[r].ty = TensorType::from_static(self.dtype, &[4]);
+            Ok(true)
+        }
+    }
+
+    fn run(verify_each: bool, repair: bool) -> Result<Vec<PassTiming>, PassError> {
+        let mut m = tpuc_ir::parse_module(
+            "module {\n  func @main(%0: tensor<4xf32> {kind = \"input\", name = \"x\"}) -> (tensor<4xf32>) {\n    %1 = neg %0 : tensor<4xf32>\n    return %1\n  }\n}\n",
+        )
+        .unwrap();
+        let mut pm = PassManager::new();
+        pm.verify_each = verify_each;
+        pm.add(Retype { name: "break", dtype: DType::I32 });
+        if repair {
+            pm.add(Retype { name: "repair", dtype: DType::F32 });
+        }
+        pm.run(&mut m)
+    }
+
+    #[test]
+    fn verifies_after_every_pass_only_when_asked() {
+        // Without verify_each (release builds) only the pipeline's result is verified.
+        assert_eq!(run(false, true).unwrap().len(), 2);
+        for (verify_each, repair) in [(true, true), (false, false)] {
+            match run(verify_each, repair) {
+                Err(PassError::VerifyAfter { pass, .. }) => assert_eq!(pass, "break"),
+                other => panic!("expected a verify error after `break`, got {other:?}"),
+            }
+        }
+    }
+}

@@ -1,9 +1,11 @@
 //! `tpuc._C`: the Python extension. A thin layer over `tpuc_driver::session`: it compiles
 //! serialized programs in process and runs them on tensors the Python side hands over as
-//! (address, byte size) pairs of contiguous CPU memory, read in place without a copy on our
-//! side (on CPU the plugin reads them in place too). Results come back as `HostBuffer`s, whose
-//! bytes torch wraps without a copy (`torch.frombuffer`); on CPU they are the result buffers'
-//! own memory, so no copy is made on the way out either.
+//! DLPack capsules of contiguous host tensors (`torch.utils.dlpack.to_dlpack`). The extension
+//! consumes each capsule, so the producer's memory stays alive while it is read (with the GIL
+//! released, during the execution), and reads it in place without a copy on our side (on CPU
+//! the plugin reads it in place too). Results come back as `HostBuffer`s, whose bytes torch
+//! wraps without a copy (`torch.frombuffer`, which keeps the `HostBuffer` alive); on CPU they
+//! are the result buffers' own memory, so no copy is made on the way out either.
 //!
 //! Errors are `tpuc.errors.TpucError` (with `kind`, `node`, `target`, `source`); a Rust panic is
 //! caught at every entry point and raised as a `TpucError` of kind `internal`.
@@ -11,6 +13,9 @@
 // The module is `tpuc._C`, as torch names its own extension.
 #![allow(non_snake_case)]
 
+mod dlpack;
+
+use dlpack::Consumed;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -73,17 +78,6 @@ fn guard<T>(py: Python<'_>, what: &str, f: impl FnOnce() -> PyResult<T>) -> PyRe
                 None,
             ))
         }
-    }
-}
-
-/// # Safety
-/// `ptr` must address `len` readable bytes that stay valid and unmodified while the slice lives.
-unsafe fn borrowed<'a>(ptr: usize, len: usize) -> &'a [u8] {
-    if len == 0 {
-        &[]
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
     }
 }
 
@@ -299,15 +293,16 @@ impl Program {
         PyBytes::new(py, &self.inner.serialized)
     }
 
-    /// Uploads weight argument `arg` from `nbytes` bytes at address `ptr` (dense, row-major);
-    /// the value stays on the device until the next `set_weight` of that argument.
-    fn set_weight(&mut self, py: Python<'_>, arg: usize, ptr: usize, nbytes: usize) -> PyResult<()> {
+    /// Uploads weight argument `arg` from a DLPack capsule of a contiguous host tensor of the
+    /// argument's dtype and shape (consumed: pass a fresh capsule per call); the value stays on
+    /// the device until the next `set_weight` of that argument.
+    fn set_weight(&mut self, py: Python<'_>, arg: usize, tensor: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(py, "Program.set_weight", || {
-            // SAFETY: the Python caller passes the address and size of a live contiguous tensor
-            // that it holds for the duration of the call.
-            let bytes = unsafe { borrowed(ptr, nbytes) };
             let name = self.inner.name.clone();
-            self.inner.set_weight(arg, bytes).map_err(|e| exec_error(py, e, &name))
+            let owner = Consumed::take(tensor).map_err(|m| self.bad_input(py, format!("weight argument {arg}: {m}")))?;
+            let view = owner.host_view().map_err(|m| self.bad_input(py, format!("weight argument {arg}: {m}")))?;
+            self.check_view(py, arg, &view)?;
+            self.inner.set_weight(arg, view.bytes).map_err(|e| exec_error(py, e, &name))
         })
     }
 
@@ -316,19 +311,29 @@ impl Program {
         self.inner.has_weight(arg)
     }
 
-    /// Runs with the user inputs given as addresses and byte sizes of contiguous host memory
-    /// (which the caller keeps alive and unmodified during the call). Returns one HostBuffer
-    /// per result.
-    fn run(&self, py: Python<'_>, ptrs: Vec<usize>, sizes: Vec<usize>) -> PyResult<Vec<HostBuffer>> {
+    /// Runs with the user inputs given as DLPack capsules of contiguous host tensors, one per
+    /// user argument in order (consumed: each holds its tensor's memory until the call
+    /// returns). Returns one HostBuffer per result.
+    fn run(&self, py: Python<'_>, inputs: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<HostBuffer>> {
         guard(py, "Program.run", || {
             let t0 = std::time::Instant::now();
-            if ptrs.len() != sizes.len() {
-                return Err(tpuc_error(py, "tpuc: run: ptrs and sizes differ in length".into(), "internal", None, None));
+            // The owners live until the end of this function, past the execution below.
+            let owners = inputs
+                .iter()
+                .enumerate()
+                .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("input {k}: {m}"))))
+                .collect::<PyResult<Vec<_>>>()?;
+            let mut bytes: Vec<&[u8]> = Vec::with_capacity(owners.len());
+            for (k, owner) in owners.iter().enumerate() {
+                let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
+                if let Some(&arg) = self.inner.user_args().get(k) {
+                    self.check_view(py, arg, &view)?;
+                }
+                bytes.push(view.bytes);
             }
-            // SAFETY: as documented on this method.
-            let inputs: Vec<&[u8]> = ptrs.iter().zip(&sizes).map(|(&p, &n)| unsafe { borrowed(p, n) }).collect();
             let inner = &self.inner;
-            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run(&inputs))));
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run(&bytes))));
+            drop(owners);
             let (outputs, times) = match result {
                 Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
                 Err(p) => std::panic::resume_unwind(p),
@@ -352,6 +357,33 @@ impl Program {
             self.execute_ns.load(Ordering::Relaxed),
             self.download_ns.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Program {
+    fn bad_input(&self, py: Python<'_>, message: String) -> PyErr {
+        exec_error(py, ExecError::BadInput(format!("{}: {message}", self.inner.name)), &self.inner.name)
+    }
+
+    /// Checks a tensor against argument `arg`'s dtype and shape, naming both on a mismatch.
+    fn check_view(&self, py: Python<'_>, arg: usize, view: &dlpack::HostView<'_>) -> PyResult<()> {
+        let Some(spec) = self.inner.args.get(arg) else {
+            return Err(self.bad_input(py, format!("no argument {arg}")));
+        };
+        let dims = spec.ty.static_dims().unwrap_or_default();
+        if view.dtype != Some(spec.ty.dtype) || view.dims != dims {
+            return Err(self.bad_input(
+                py,
+                format!(
+                    "argument {arg} (`{}`) is {}, got a {} tensor of shape {:?}",
+                    spec.name,
+                    spec.ty,
+                    view.dtype_name(),
+                    view.dims
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -3,8 +3,9 @@
 Per call:
   weights   for each parameter/buffer/constant argument, re-upload only if the tensor object,
             its version counter or its storage address changed since the last upload
-  inputs    contiguous CPU tensors are passed to Rust as (address, byte size); on the CPU plugin
-            the executable reads them in place
+  inputs    contiguous CPU tensors are passed to Rust as DLPack capsules, which the extension
+            consumes: each keeps its tensor's memory alive until the call returns; on the CPU
+            plugin the executable reads them in place
   outputs   Rust-owned result bytes (on the CPU plugin: the output buffers' own memory) wrapped
             by torch.frombuffer (no copy), viewed with the graph's dtype and shape; re-strided
             when the graph's output is not contiguous
@@ -19,6 +20,7 @@ import weakref
 
 import torch
 import torch.fx
+from torch.utils.dlpack import to_dlpack
 
 from . import _C
 from .errors import TpucError
@@ -153,7 +155,7 @@ class CompiledGraph:
             src = src.cpu()
         if not src.is_contiguous():
             src = src.contiguous()
-        self.program.set_weight(ai, src.data_ptr(), src.nbytes)
+        self.program.set_weight(ai, to_dlpack(_resolved(src)))
         self.weight_state[j] = (weakref.ref(t), t._version, t.data_ptr())
         STATS["weight_uploads"] += 1
 
@@ -165,17 +167,13 @@ class CompiledGraph:
             st = self.weight_state[j]
             if st is None or st[0]() is not t or st[1] != t._version or st[2] != t.data_ptr():
                 self._upload(j, ai, t)
-        ptrs = []
-        sizes = []
-        keep = []
+        inputs = []
         for ph in self.user_plan:
             t = args[ph]
-            if not t.is_contiguous() or t.device.type != "cpu":
-                t = t.detach().cpu().contiguous()
-                keep.append(t)
-            ptrs.append(t.data_ptr())
-            sizes.append(t.nbytes)
-        bufs = self.program.run(ptrs, sizes)
+            if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
+                t = _resolved(t.detach().cpu().contiguous())
+            inputs.append(to_dlpack(t))
+        bufs = self.program.run(inputs)
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -190,10 +188,19 @@ class CompiledGraph:
             if stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
-        del keep
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
+
+
+def _resolved(t: torch.Tensor) -> torch.Tensor:
+    """`t` with its lazy negation and conjugation applied: DLPack describes the stored
+    elements only, without those bits."""
+    if t.is_neg() or t.is_conj():
+        t = t.resolve_neg().resolve_conj()
+        if not t.is_contiguous():
+            t = t.contiguous()
+    return t
 
 
 def _restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:

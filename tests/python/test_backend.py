@@ -1,6 +1,7 @@
 """Backend behaviour: registration, options, fallback and strict mode, errors, dtypes and
 strides, shape specialization, dumps, the host cache across processes."""
 
+import gc
 import glob
 import json
 import os
@@ -100,8 +101,8 @@ ERFINV_LINE = next(i + 1 for i, line in enumerate(open(__file__)) if "# ERFINV_L
 
 
 def _erfinv_model():
-    if "torch.ops.aten.erfinv.default" in _C.supported_targets():
-        pytest.skip("erfinv is supported now: pick another unsupported op for this test")
+    assert "torch.ops.aten.erfinv.default" not in _C.supported_targets(), (
+        "erfinv is supported now: pick another unsupported op for the fallback tests")
     torch.manual_seed(0)
     return WithErfinv(), torch.randn(4, 16)
 
@@ -287,6 +288,128 @@ def test_unaligned_contiguous_inputs():
     assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def test_inputs_dropped_right_after_the_call():
+    # The call's argument is the input's only reference: the extension must hold the memory it
+    # reads (with the GIL released) itself, and the result must not depend on it afterwards.
+    model = Affine()
+    with torch.no_grad():
+        f = torch.compile(model, backend="tpuc")
+        xs = [torch.randn(4, 8) for _ in range(3)]
+        wants = [model(x) for x in xs]
+        got = [f(x.clone()) for x in xs]
+        got.append(f(xs[0].t().contiguous().t()))  # non-contiguous: a contiguous copy crosses
+    gc.collect()
+    torch.randn(1 << 16)  # reuse freed memory
+    for g, w in zip(got, wants + wants[:1]):
+        assert torch.allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_negated_and_conjugated_views_are_resolved():
+    # DLPack describes the stored elements only: lazy negation and conjugation must be applied
+    # before the tensor crosses.
+    x = torch._neg_view(torch.randn(4, 8))
+    z = torch.randn(4, dtype=torch.complex64).conj()
+    assert x.is_neg() and x.is_contiguous() and z.is_conj() and z.is_contiguous()
+    with torch.no_grad():
+        got = torch.compile(lambda a: a * 2.0 + 1.0, backend="tpuc")(x)
+        gotz = torch.compile(lambda a: a * 2.0, backend="tpuc")(z)
+    assert torch.allclose(got, x * 2.0 + 1.0, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(gotz, z * 2.0, rtol=1e-6, atol=1e-6)
+
+
+def _affine_program():
+    """A compiled Affine model's `_C.Program` (weights resident), the model, and a sample."""
+    from tpuc.graph import compiled_graphs
+
+    model = Affine()
+    before = set(compiled_graphs())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.compile(model, backend="tpuc")(x)
+    [graph] = [g for g in compiled_graphs() if g not in before]
+    return graph.program, model, x
+
+
+def test_program_run_takes_dlpack_capsules_and_owns_them():
+    from torch.utils.dlpack import to_dlpack
+
+    program, model, x = _affine_program()
+    with torch.no_grad():
+        want = model(x)
+    cap = to_dlpack(x.clone())  # the capsule is the clone's only owner
+    gc.collect()
+    [buf] = program.run([cap])
+    assert torch.allclose(torch.frombuffer(buf, dtype=torch.float32).view(4, 8), want, rtol=1e-6, atol=1e-6)
+    # Consumed: a second consumer (another run, torch.from_dlpack) cannot take it too.
+    with pytest.raises(tpuc.TpucError, match="already consumed"):
+        program.run([cap])
+    with pytest.raises(Exception):
+        torch.utils.dlpack.from_dlpack(cap)
+    # Raw addresses are not accepted any more; wrong layouts are refused with what they are.
+    with pytest.raises(tpuc.TpucError, match="expected a DLPack capsule"):
+        program.run([x.data_ptr()])
+    with pytest.raises(tpuc.TpucError, match=r"is tensor<4x8xf32>, got a f64 tensor of shape \[4, 8\]"):
+        program.run([to_dlpack(x.double())])
+    with pytest.raises(tpuc.TpucError, match=r"shape \[8, 4\]"):
+        program.run([to_dlpack(x.reshape(8, 4))])
+    with pytest.raises(tpuc.TpucError, match="not contiguous"):
+        program.run([to_dlpack(x.t().contiguous().t())])
+    with pytest.raises(tpuc.TpucError, match="takes 1 input"):
+        program.run([to_dlpack(x), to_dlpack(x)])
+
+
+def test_results_are_zero_copy_and_keep_their_owner_alive():
+    from torch.utils.dlpack import to_dlpack
+
+    program, model, x = _affine_program()
+    with torch.no_grad():
+        want = model(x)
+    [buf] = program.run([to_dlpack(x)])
+    refs = sys.getrefcount(buf)
+    a = torch.frombuffer(buf, dtype=torch.float32)
+    b = torch.frombuffer(buf, dtype=torch.float32)
+    assert a.data_ptr() == b.data_ptr(), "torch.frombuffer copied the result"
+    assert sys.getrefcount(buf) == refs + 2, "the tensors do not hold the HostBuffer"
+    del buf, b
+    gc.collect()
+    program.run([to_dlpack(torch.randn(4, 8))])
+    torch.randn(1 << 16)
+    assert torch.allclose(a.view(4, 8), want, rtol=1e-6, atol=1e-6)
+
+
+def test_concurrent_runs_with_inputs_dropped_meanwhile():
+    # Runs release the GIL during the execution; other threads keep allocating and freeing
+    # tensors meanwhile. Every result must still be its own input's.
+    import threading
+
+    from torch.utils.dlpack import to_dlpack
+
+    program, model, _ = _affine_program()
+    xs = [torch.randn(4, 8) for _ in range(8)]
+    with torch.no_grad():
+        wants = [model(x) for x in xs]
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(50):
+                j = (k + i) % len(xs)
+                [buf] = program.run([to_dlpack(xs[j].clone())])
+                torch.randn(4096)
+                got = torch.frombuffer(buf, dtype=torch.float32).view(4, 8)
+                if not torch.allclose(got, wants[j], rtol=1e-6, atol=1e-6):
+                    errors.append((k, i))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+
+
 def test_new_shapes_compile_once_per_shape():
     import make_fixtures as mf
 
@@ -325,8 +448,7 @@ def test_dump_dir_has_every_stage(tmp_path):
 def test_tpu_target_compiles_for_a_topology_and_runs_eagerly_here(tmp_path):
     from tpuc.options import _installed_plugin
 
-    if _installed_plugin("tpu") is None:
-        pytest.skip("libtpu is not installed")
+    assert _installed_plugin("tpu") is not None, "libtpu is not installed: run scripts/setup.sh"
     import make_fixtures as mf
 
     model, (x,), _, _ = mf.build_mlp()

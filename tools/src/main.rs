@@ -225,8 +225,7 @@ fn compile_lowered(
     let compiled = match cache {
         None => tpuc_driver::exec::compile_stablehlo(text, &req),
         Some(cache) => {
-            let key_program = tpuc_driver::key_program(&lowered.module)?;
-            tpuc_driver::exec::compile_cached(text, &key_program, &req, cache, label)
+            tpuc_driver::exec::compile_cached(text, &lowered.key_program()?, &req, cache, label)
         }
     };
     Ok(compiled.map_err(DriverError::from)?)
@@ -672,8 +671,7 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
         }
         CacheCommand::Explain(a) => {
             let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
-            let key_program = tpuc_driver::key_program(&lowered.module)?;
-            let kc = tpuc_driver::exec::key_components(&key_program, &a.target.request(), &a.model.display().to_string())
+            let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request(), &a.model.display().to_string())
                 .map_err(DriverError::from)?;
             print!("{}", open(&a.target.cache).explain(&kc));
             Ok(())

@@ -1,5 +1,20 @@
-//! A small host interpreter for ops on static constants: what `fold-constants` folds and what
-//! `sdpa-guard` evaluates to prove a mask causal.
+//! tpuc's one evaluator of IR ops on host values, in two modes.
+//!
+//! **Exact** ([`eval_op`], [`eval_value`]): ops on static constants, as `fold-constants` folds
+//! them and `sdpa-guard` evaluates a mask to prove it causal. Only results XLA would compute bit
+//! for bit, within size limits.
+//!
+//! **Reference** ([`run_reference`]): every op the importer produces (all but `composite` and
+//! `select_and_scatter_add`), run over a whole function: the numerical reference the
+//! importer's tests compare with PyTorch eager. Floats are computed in f64 and rounded to the
+//! result dtype after every op; primitive ops follow the StableHLO spec (gather clamps start
+//! indices, scatter drops out-of-bounds updates, convolution and reduce_window handle dilation
+//! and negative padding); integer division by zero gives -1 and remainder by zero the dividend,
+//! as XLA does; float to integer conversions saturate (NaN gives 0).
+//!
+//! Both modes share the element semantics below; the reference mode adds what exactness rules
+//! out (`reference.rs`: transcendental functions, float sums and contractions, windows,
+//! gather/scatter, sort, scan and the high-level ops) and the function runner (`run.rs`).
 //!
 //! Exactness: data movement (broadcast, reshape, transpose, slice, concatenate, reverse) copies
 //! element bytes, so it is exact for every dtype. Arithmetic covers bool, signed and small
@@ -9,8 +24,13 @@
 //! precision). What could differ from XLA is not folded: transcendental functions, integer
 //! division by zero, float → integer conversions out of range, u64 and complex arithmetic.
 
+mod reference;
+mod run;
+
+pub use run::run_reference;
+
 use bytes::Bytes;
-use tpuc_ir::{Attrs, DType, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueId};
+use tpuc_ir::{Attrs, DType, Direction, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueId};
 
 /// Folding limit for results computed element by element (splats are always cheap).
 pub const ARITH_LIMIT: i64 = 1 << 16;
@@ -18,6 +38,24 @@ pub const ARITH_LIMIT: i64 = 1 << 16;
 /// are left to `transpose-into-dot` and XLA: copying them here costs compile time and gains
 /// nothing.
 pub const MOVE_LIMIT: i64 = 1 << 16;
+
+/// How one evaluation may compute: exactly within limits, or as the reference.
+#[derive(Copy, Clone, Debug)]
+struct Ctx {
+    reference: bool,
+    /// Results computed element by element up to this many elements (splats are always cheap).
+    arith_limit: i64,
+    /// Data movement of dense values up to this many elements.
+    move_limit: i64,
+}
+
+impl Ctx {
+    fn exact(arith_limit: i64) -> Ctx {
+        Ctx { reference: false, arith_limit, move_limit: MOVE_LIMIT }
+    }
+
+    const REFERENCE: Ctx = Ctx { reference: true, arith_limit: i64::MAX, move_limit: i64::MAX };
+}
 
 fn strides(dims: &[i64]) -> Vec<i64> {
     let mut s = vec![1i64; dims.len()];
@@ -47,7 +85,7 @@ fn for_each_index(dims: &[i64], mut f: impl FnMut(usize, &[i64])) {
 }
 
 /// Gathers elements: result element `i` is source element `src_index(multi_index(i))`.
-fn gather_bytes(src: &TensorData, out_ty: &TensorType, src_index: impl Fn(&[i64]) -> i64) -> Option<TensorData> {
+fn gather_bytes(src: &TensorData, out_ty: &TensorType, move_limit: i64, src_index: impl Fn(&[i64]) -> i64) -> Option<TensorData> {
     let dims = out_ty.static_dims()?;
     let n = out_ty.num_elements()?;
     // One element (a splat, or a one-element tensor such as a scalar read back from text)
@@ -56,7 +94,7 @@ fn gather_bytes(src: &TensorData, out_ty: &TensorType, src_index: impl Fn(&[i64]
         let sz = src.ty.dtype.size_bytes();
         return TensorData::splat_bytes(out_ty.clone(), src.raw_bytes().slice(..sz)).ok();
     }
-    if n > MOVE_LIMIT {
+    if n > move_limit {
         return None;
     }
     let sz = src.ty.dtype.size_bytes();
@@ -208,30 +246,12 @@ fn elementwise(opcode: Opcode, dtype: DType, attrs: &Attrs, xs: &[N]) -> Option<
             }
         }
         Compare => {
-            let dir = attrs.str("direction")?;
-            let r = match (xs[0], xs[1]) {
-                (N::F(a), N::F(b)) => match dir {
-                    "eq" => a == b,
-                    "ne" => a != b,
-                    "lt" => a < b,
-                    "le" => a <= b,
-                    "gt" => a > b,
-                    "ge" => a >= b,
-                    _ => return None,
-                },
-                (a, b) => {
-                    let (a, b) = (as_i(a), as_i(b));
-                    match dir {
-                        "eq" => a == b,
-                        "ne" => a != b,
-                        "lt" => a < b,
-                        "le" => a <= b,
-                        "gt" => a > b,
-                        "ge" => a >= b,
-                        _ => return None,
-                    }
-                }
-            };
+            let dir = attrs.get_enum::<Direction>("direction")?;
+            // Floats compare as IEEE does (NaN is unordered: only `ne` holds).
+            let r = dir.holds(match (xs[0], xs[1]) {
+                (N::F(a), N::F(b)) => a.partial_cmp(&b),
+                (a, b) => Some(as_i(a).cmp(&as_i(b))),
+            });
             N::I(i64::from(r))
         }
         _ => return None,
@@ -275,49 +295,65 @@ pub fn eval_op(m: &Module, op: OpId, args: &[&TensorData]) -> Option<TensorData>
 
 /// [`eval_op`] with another limit on elements computed one by one.
 pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i64) -> Option<TensorData> {
-    let limit = arith_limit;
-    use Opcode::*;
     let d = &m.ops[op];
     if d.results.len() != 1 || !d.regions.is_empty() {
         return None;
     }
-    let rt = m.values[d.results[0]].ty.clone();
+    let rt = &m.values[d.results[0]].ty;
+    eval_one(d.opcode, &d.attrs, args, rt, Ctx::exact(arith_limit))
+}
+
+/// Evaluates an op without regions whose result types are `results` (static), in `cx`'s mode.
+fn eval(opcode: Opcode, a: &Attrs, args: &[&TensorData], results: &[TensorType], cx: Ctx) -> Option<Vec<TensorData>> {
+    match results {
+        [rt] => eval_one(opcode, a, args, rt, cx).map(|t| vec![t]),
+        _ if cx.reference => reference::multi(opcode, a, args, results),
+        _ => None,
+    }
+}
+
+/// Evaluates a one-result op.
+fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx: Ctx) -> Option<TensorData> {
+    use Opcode::*;
+    let rt = rt.clone();
     let rdims = rt.static_dims()?;
     let n = rt.num_elements()?;
-    let a = &d.attrs;
-    match d.opcode {
+    let limit = cx.arith_limit;
+    match opcode {
         Constant => a.tensor("value").cloned(),
         BroadcastInDim => {
             let bd = a.ints("broadcast_dimensions")?;
             let x = args[0];
             let xd = x.ty.static_dims()?;
             let xs = strides(&xd);
-            gather_bytes(x, &rt, |idx| bd.iter().enumerate().map(|(i, &r)| if xd[i] == 1 { 0 } else { idx[r as usize] * xs[i] }).sum())
+            gather_bytes(x, &rt, cx.move_limit, |idx| {
+                bd.iter().enumerate().map(|(i, &r)| if xd[i] == 1 { 0 } else { idx[r as usize] * xs[i] }).sum()
+            })
         }
         Reshape => args[0].reshaped(rt).ok(),
         Transpose => {
             let p = a.ints("permutation")?;
             let x = args[0];
             let xs = strides(&x.ty.static_dims()?);
-            gather_bytes(x, &rt, |idx| p.iter().enumerate().map(|(i, &src)| idx[i] * xs[src as usize]).sum())
+            gather_bytes(x, &rt, cx.move_limit, |idx| p.iter().enumerate().map(|(i, &src)| idx[i] * xs[src as usize]).sum())
         }
         Slice => {
             let (s, st) = (a.ints("start_indices")?, a.ints("strides")?);
             let x = args[0];
             let xs = strides(&x.ty.static_dims()?);
-            gather_bytes(x, &rt, |idx| idx.iter().enumerate().map(|(i, &j)| (s[i] + j * st[i]) * xs[i]).sum())
+            gather_bytes(x, &rt, cx.move_limit, |idx| idx.iter().enumerate().map(|(i, &j)| (s[i] + j * st[i]) * xs[i]).sum())
         }
         Reverse => {
             let dims = a.ints("dimensions")?;
             let x = args[0];
             let xd = x.ty.static_dims()?;
             let xs = strides(&xd);
-            gather_bytes(x, &rt, |idx| {
+            gather_bytes(x, &rt, cx.move_limit, |idx| {
                 idx.iter().enumerate().map(|(i, &j)| if dims.contains(&(i as i64)) { xd[i] - 1 - j } else { j } * xs[i]).sum()
             })
         }
         Concatenate => {
-            if n > MOVE_LIMIT {
+            if n > cx.move_limit {
                 return None;
             }
             let dim = a.int("dimension")? as usize;
@@ -355,17 +391,22 @@ pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i6
             if !supported(from) || !supported(to) {
                 return None;
             }
+            let convert = |v: N| match convert_elem(from, to, v) {
+                Some(r) => Some(r),
+                None if cx.reference => Some(reference::convert(to, v)),
+                None => None,
+            };
             if x.is_splat() {
-                let v = convert_elem(from, to, read(x, 0))?;
+                let v = convert(read(x, 0))?;
                 return build(&rt, vec![v], true);
             }
             if n > limit {
                 return None;
             }
-            let vals = (0..n as usize).map(|i| convert_elem(from, to, read(x, i))).collect::<Option<Vec<_>>>()?;
+            let vals = (0..n as usize).map(|i| convert(read(x, i))).collect::<Option<Vec<_>>>()?;
             build(&rt, vals, false)
         }
-        op if op.is_elementwise() && op != Convert => {
+        op if op.is_elementwise() => {
             let dtype = args.first().map_or(rt.dtype, |t| t.ty.dtype);
             // Select's first operand is bool: check the value operands' dtype.
             let value_dtype = if op == Select { args[1].ty.dtype } else { dtype };
@@ -382,7 +423,11 @@ pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i6
             for i in 0..count {
                 xs.clear();
                 xs.extend(args.iter().map(|t| read(t, i)));
-                let r = elementwise(op, value_dtype, a, &xs)?;
+                let r = match elementwise(op, value_dtype, a, &xs) {
+                    Some(r) => r,
+                    None if cx.reference => reference::elementwise(op, value_dtype, a, &xs)?,
+                    None => return None,
+                };
                 vals.push(r);
             }
             build(&rt, vals, all_splat)
@@ -397,26 +442,18 @@ pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i6
             let dims = a.ints("dimensions")?;
             let xd = x.ty.static_dims()?;
             let total = x.ty.num_elements()?;
-            if total > limit || !supported(rt.dtype) {
+            let dtype = x.ty.dtype;
+            if total > limit || !supported(dtype) || !supported(rt.dtype) {
                 return None;
             }
-            let float = rt.dtype.is_float();
             // Float sums depend on the order XLA chooses: only fold exact kinds.
-            if float && matches!(kind, "sum" | "prod") {
+            if dtype.is_float() && matches!(kind, "sum" | "prod") && !cx.reference {
                 return None;
             }
-            let init = match (kind, float) {
-                ("max", true) => N::F(f64::NEG_INFINITY),
-                ("min", true) => N::F(f64::INFINITY),
-                ("max", false) => N::I(i64::MIN),
-                ("min", false) => N::I(i64::MAX),
-                ("sum", _) | ("or", _) => N::I(0),
-                ("prod", _) | ("and", _) => N::I(1),
-                _ => return None,
-            };
+            let init = identity(kind, dtype)?;
+            combine(kind, dtype, init, init)?;
             let mut acc = vec![init; n as usize];
             let ostr = strides(&rdims);
-            let xs = x.ty.clone();
             for_each_index(&xd, |flat, idx| {
                 let mut o = 0i64;
                 let mut k = 0;
@@ -426,21 +463,85 @@ pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i6
                         k += 1;
                     }
                 }
-                let v = read(x, flat);
                 let cur = acc[o as usize];
-                acc[o as usize] = match kind {
-                    "max" => elementwise(Max, xs.dtype, a, &[cur, v]).unwrap_or(cur),
-                    "min" => elementwise(Min, xs.dtype, a, &[cur, v]).unwrap_or(cur),
-                    "sum" => N::I(as_i(cur).wrapping_add(as_i(v))),
-                    "prod" => N::I(as_i(cur).wrapping_mul(as_i(v))),
-                    "and" => N::I(i64::from(as_i(cur) != 0 && as_i(v) != 0)),
-                    _ => N::I(i64::from(as_i(cur) != 0 || as_i(v) != 0)),
-                };
+                acc[o as usize] = combine(kind, dtype, cur, read(x, flat)).unwrap_or(cur);
             });
             build(&rt, acc, false)
         }
+        _ if cx.reference => reference::single(opcode, a, args, &rt),
         _ => None,
     }
+}
+
+/// The identity of a reduction `kind` over `dtype`: what an empty reduction gives and what
+/// padding holds.
+fn identity(kind: &str, dtype: DType) -> Option<N> {
+    let zero = if dtype.is_float() { N::F(0.0) } else { N::I(0) };
+    Some(match kind {
+        "sum" | "add" | "or" => zero,
+        "prod" | "mul" => {
+            if dtype.is_float() {
+                N::F(1.0)
+            } else {
+                N::I(1)
+            }
+        }
+        // All bits set (true for bool).
+        "and" if dtype == DType::Bool => N::I(1),
+        "and" => N::I(-1),
+        "max" => lowest(dtype),
+        "min" => highest(dtype),
+        _ => return None,
+    })
+}
+
+/// The smallest value of `dtype` (-inf for floats).
+fn lowest(dtype: DType) -> N {
+    match dtype {
+        d if d.is_float() => N::F(f64::NEG_INFINITY),
+        DType::I8 => N::I(i8::MIN.into()),
+        DType::I16 => N::I(i16::MIN.into()),
+        DType::I32 => N::I(i32::MIN.into()),
+        DType::I64 => N::I(i64::MIN),
+        _ => N::I(0),
+    }
+}
+
+/// The largest value of `dtype` (+inf for floats).
+fn highest(dtype: DType) -> N {
+    match dtype {
+        d if d.is_float() => N::F(f64::INFINITY),
+        DType::Bool => N::I(1),
+        DType::I8 => N::I(i8::MAX.into()),
+        DType::I16 => N::I(i16::MAX.into()),
+        DType::I32 => N::I(i32::MAX.into()),
+        DType::U8 => N::I(u8::MAX.into()),
+        DType::U16 => N::I(u16::MAX.into()),
+        DType::U32 => N::I(u32::MAX.into()),
+        // u64::MAX, which the dtype's bytes wrap it to.
+        DType::U64 => N::I(-1),
+        _ => N::I(i64::MAX),
+    }
+}
+
+/// Combines an accumulator with a value by a reduction or scatter `kind` (the value wins for
+/// `replace`); `None` for a kind the dtype has no meaning for.
+fn combine(kind: &str, dtype: DType, acc: N, v: N) -> Option<N> {
+    use Opcode::*;
+    let float = dtype.is_float();
+    let none = Attrs::new();
+    Some(match kind {
+        "sum" | "add" if float => N::F(as_f(acc) + as_f(v)),
+        "sum" | "add" => N::I(as_i(acc).wrapping_add(as_i(v))),
+        "prod" | "mul" if float => N::F(as_f(acc) * as_f(v)),
+        "prod" | "mul" => N::I(as_i(acc).wrapping_mul(as_i(v))),
+        "max" => elementwise(Max, dtype, &none, &[acc, v])?,
+        "min" => elementwise(Min, dtype, &none, &[acc, v])?,
+        "and" if !float => elementwise(And, dtype, &none, &[acc, v])?,
+        "or" if !float => elementwise(Or, dtype, &none, &[acc, v])?,
+        "replace" => v,
+        _ => return None,
+    })
 }
 
 /// Evaluates `v` if it depends only on constants and iotas (no function arguments), with
@@ -482,4 +583,54 @@ fn eval_rec(
 pub fn to_f64s(t: &TensorData) -> Vec<f64> {
     let n = t.ty.num_elements().unwrap_or(0) as usize;
     (0..n).map(|i| as_f(read(t, i))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(body: &str) -> Module {
+        let text = format!("module {{\n  func @main() -> (tensor<3xf32>) {{\n{body}\n  }}\n}}\n");
+        tpuc_ir::parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// The op defining `main`'s first result, and its operands' constant values.
+    fn last_op(m: &Module) -> (OpId, Vec<TensorData>) {
+        let f = m.main_func().unwrap();
+        let ret = m.terminator(m.entry_block(f)).unwrap();
+        let op = crate::util::def_op(m, m.ops[ret].operands[0]).unwrap();
+        let args = m.ops[op].operands.iter().map(|&v| eval_value(m, v, ARITH_LIMIT).unwrap()).collect();
+        (op, args)
+    }
+
+    #[test]
+    fn exact_mode_leaves_what_could_differ_from_xla() {
+        let m = module(
+            "    %0 = constant {value = dense<\"0x0000803F0000004000004040\"> : tensor<3xf32>} : tensor<3xf32>\n    \
+             %1 = exp %0 : tensor<3xf32>\n    return %1",
+        );
+        let (op, args) = last_op(&m);
+        let refs: Vec<&TensorData> = args.iter().collect();
+        assert!(eval_op(&m, op, &refs).is_none(), "exp is not folded");
+        let d = &m.ops[op];
+        let r = eval(d.opcode, &d.attrs, &refs, &[m.values[d.results[0]].ty.clone()], Ctx::REFERENCE).unwrap();
+        assert_eq!(to_f64s(&r[0]), [1f64, 2.0, 3.0].map(|x| x.exp() as f32 as f64));
+    }
+
+    #[test]
+    fn integer_reductions_start_from_the_dtype_identity_and_combine_bitwise() {
+        let ty = |dims: &[i64]| TensorType::from_static(DType::I8, dims);
+        let x = TensorData::new(ty(&[2, 2]), vec![0b0110u8, 0b0011, 0x80, 0x7f].into()).unwrap();
+        let empty = TensorData::new(ty(&[2, 0]), Vec::new().into()).unwrap();
+        let reduce = |x: &TensorData, kind: &str| {
+            let a = Attrs::new().with("dimensions", tpuc_ir::Attr::Ints(vec![1])).with("kind", tpuc_ir::Attr::Str(kind.into()));
+            to_f64s(&eval_one(Opcode::Reduce, &a, &[x], &ty(&[2]), Ctx::exact(ARITH_LIMIT)).unwrap())
+        };
+        assert_eq!(reduce(&x, "and"), [2.0, 0.0]);
+        assert_eq!(reduce(&x, "or"), [7.0, -1.0]);
+        assert_eq!(reduce(&x, "max"), [6.0, 127.0]);
+        assert_eq!(reduce(&empty, "max"), [-128.0, -128.0]);
+        assert_eq!(reduce(&empty, "min"), [127.0, 127.0]);
+        assert_eq!(reduce(&empty, "and"), [-1.0, -1.0]);
+    }
 }
