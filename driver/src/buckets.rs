@@ -37,7 +37,10 @@
 //! symbol where that costs least, measured as the increase of log(expected padded elements)
 //! per unit of log(bucket count) saved (the expected padding under the symbol's histogram, else
 //! under uniform sizes); within that symbol, the bucket whose removal adds the least padding
-//! goes. `max_total` is the hard limit on compiles; `max_buckets` shapes each symbol.
+//! goes. Dropped buckets are then given back, the most padding saved per unit of log(count)
+//! first, while the product stays within the cap (one at a time can overshoot: 7 × 5 = 35 → 7 ×
+//! 4 = 28 where 8 × 4 = 32 fits). `max_total` is the hard limit on compiles; `max_buckets` shapes
+//! each symbol.
 //!
 //! Waste statistics ([`Waste`]) describe a plan for sizes uniform over `[lo, hi]` and, for a
 //! histogram policy, under the histogram as well.
@@ -710,6 +713,14 @@ impl SymbolPlan {
         padding(&self.buckets, self.min, self.weights())
     }
 
+    /// Expected padded elements, real ones included: Σ w(n)·bucket(n).
+    fn padded_elements(&self) -> f64 {
+        let w = self.weights();
+        let (_, s_hi) = w.prefix(self.max);
+        let (_, s_lo) = w.prefix(self.min - 1);
+        (self.expected_padding() + (s_hi - s_lo)) as f64
+    }
+
     /// The bucket (never the last) whose removal adds the least expected padding, and how much.
     fn cheapest_removal(&self) -> Option<(usize, u128)> {
         let w = self.weights();
@@ -838,16 +849,16 @@ pub fn plan(symbols: &[(SymbolRange, BucketPolicy)], max_buckets: usize, max_tot
 /// Drops buckets until the product of the counts is at most `max_total` (see the module
 /// documentation for the rule).
 fn coarsen_total(plans: &mut [SymbolPlan], max_total: u64) {
+    if combinations(plans) <= max_total {
+        return;
+    }
+    let original: Vec<Vec<i64>> = plans.iter().map(|p| p.buckets.clone()).collect();
     while combinations(plans) > max_total {
         let mut best: Option<(f64, usize, usize)> = None;
         for (si, p) in plans.iter().enumerate() {
             let Some((r, added)) = p.cheapest_removal() else { continue };
-            let w = p.weights();
-            let (_, s_hi) = w.prefix(p.max);
-            let (_, s_lo) = w.prefix(p.min - 1);
-            let padded = (p.expected_padding() + (s_hi - s_lo)) as f64;
             let k = p.buckets.len() as f64;
-            let cost = (added as f64 / padded).ln_1p() / (k / (k - 1.0)).ln();
+            let cost = (added as f64 / p.padded_elements()).ln_1p() / (k / (k - 1.0)).ln();
             if best.is_none_or(|(c, _, _)| cost < c) {
                 best = Some((cost, si, r));
             }
@@ -856,6 +867,42 @@ fn coarsen_total(plans: &mut [SymbolPlan], max_total: u64) {
         let mut b = plans[si].buckets.clone();
         b.remove(r);
         plans[si].set_buckets(b);
+    }
+    // Dropping one bucket at a time can overshoot (7 × 5 = 35 > 32 → 7 × 4 = 28): give dropped
+    // buckets back, the most padding saved per unit of log(bucket count) first, while the
+    // product stays within the cap.
+    loop {
+        let total = combinations(plans);
+        let mut best: Option<(f64, usize, i64)> = None;
+        for (si, p) in plans.iter().enumerate() {
+            let k = p.buckets.len() as u64;
+            if total / k * (k + 1) > max_total {
+                continue;
+            }
+            let w = p.weights();
+            for &b in &original[si] {
+                let at = p.buckets.partition_point(|&x| x < b);
+                if p.buckets[at] == b {
+                    continue;
+                }
+                let prev = if at == 0 { p.min - 1 } else { p.buckets[at - 1] };
+                let next = p.buckets[at];
+                let saved = w.segment(prev, next) - w.segment(prev, b) - w.segment(b, next);
+                if saved == 0 {
+                    continue;
+                }
+                let padded = p.padded_elements();
+                let gain = (padded / (padded - saved as f64)).ln() / ((k + 1) as f64 / k as f64).ln();
+                if best.is_none_or(|(g, _, _)| gain > g) {
+                    best = Some((gain, si, b));
+                }
+            }
+        }
+        let Some((_, si, b)) = best else { break };
+        let mut v = plans[si].buckets.clone();
+        let at = v.partition_point(|&x| x < b);
+        v.insert(at, b);
+        plans[si].set_buckets(v);
     }
 }
 
@@ -1007,7 +1054,10 @@ mod tests {
             (SymbolRange::new("batch", 1, Some(64)), BucketPolicy::Auto),
         ];
         let p = plan(&syms, 8, 32).unwrap();
-        assert!(p.combinations <= 32);
+        // 15 × 7 = 105; dropping one at a time reaches 7 × 4 = 28, then seq gets one back.
+        assert_eq!(p.combinations, 32);
+        assert_eq!(p.symbols[0].buckets, [128, 256, 384, 512, 768, 1024, 1536, 2048]);
+        assert_eq!(p.symbols[1].buckets, [8, 16, 32, 64]);
         assert_eq!(p.combinations, p.symbols.iter().map(|s| s.buckets.len() as u64).product::<u64>());
         assert_eq!(p.notes.len(), 1, "{:?}", p.notes);
         for s in &p.symbols {
