@@ -13,6 +13,7 @@
 //! input, unsupported ops and invalid options (the CLI exits 1) and false for compiler bugs such
 //! as IR that fails verification after a pass (exit 2).
 
+pub mod buckets;
 pub mod exec;
 pub mod session;
 pub mod tensor;

@@ -19,7 +19,7 @@ use tpuc_driver::{DriverError, Emit, LowerOptions};
         MODEL is what `torch.export.save(ep, \"model.pt2\")` writes (as exported, or after \
         `ep.run_decompositions()`), or the bare `model.json` from inside such an archive.\n\n\
         Exit codes: 0 success, 1 user error (bad input, unsupported op, bad option), 2 internal error.",
-    after_help = "Examples:\n  tpuc import model.pt2\n  tpuc lower model.pt2 -o model.mlir\n  tpuc opt model.pt2 --passes canonicalize,fuse --emit ir\n  tpuc compile model.pt2 --target tpu --topology v5e:2x2 -o model.v5e.xla\n  tpuc run model.pt2 --inputs x.npy --out-dir out/\n  tpuc plugins"
+    after_help = "Examples:\n  tpuc import model.pt2\n  tpuc lower model.pt2 -o model.mlir\n  tpuc opt model.pt2 --passes canonicalize,fuse --emit ir\n  tpuc compile model.pt2 --target tpu --topology v5e:2x2 -o model.v5e.xla\n  tpuc run model.pt2 --inputs x.npy --out-dir out/\n  tpuc plan-buckets model.pt2\n  tpuc plugins"
 )]
 struct Cli {
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
@@ -50,6 +50,9 @@ enum Command {
     /// --cache-* flags).
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Plan the bucket sizes of a program's symbolic dimensions (or of --range symbols) and print
+    /// them with their padding waste, without compiling.
+    PlanBuckets(PlanBucketsArgs),
 }
 
 #[derive(Subcommand)]
@@ -295,6 +298,42 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+#[command(after_help = "Policies: auto (powers of two below 128, then 128 x {1,2,3,4,6,8,12,16,24,...}), \
+    linear:K (multiples of K), a list 128,256,512 (must reach the maximum), hist:FILE[:N] (the buckets \
+    minimising expected padding under a JSON histogram {\"size\": count}). Every plan ends at the \
+    symbol's maximum.\n\nExamples:\n  tpuc plan-buckets model.pt2\n  tpuc plan-buckets --range seq=1..2048 \
+    --range batch=1..64 --buckets seq=linear:128 --max-buckets 16 --json\n  tpuc plan-buckets model.pt2 \
+    --max-size s0=4096 --hist s0=lengths.json")]
+struct PlanBucketsArgs {
+    /// The program (.pt2, model.json or .tpuc): its symbols and their ranges. Or give --range.
+    model: Option<PathBuf>,
+    /// A symbol and its inclusive range instead of a program, e.g. seq=1..2048 (repeatable;
+    /// seq=1.. is unbounded).
+    #[arg(long = "range", value_name = "NAME=LO..HI")]
+    ranges: Vec<String>,
+    /// The bucket policy: auto, linear:K, a list such as 128,256,512, or hist:FILE[:N];
+    /// NAME=POLICY sets one symbol's (repeatable) [default: auto].
+    #[arg(long = "buckets", value_name = "[NAME=]POLICY")]
+    buckets: Vec<String>,
+    /// The same as --buckets [NAME=]hist:FILE.
+    #[arg(long = "hist", value_name = "[NAME=]FILE")]
+    hist: Vec<String>,
+    /// At most N buckets of 128 and above per symbol, and at most min(N, 7) below 128.
+    #[arg(long, default_value_t = tpuc_driver::buckets::DEFAULT_MAX_BUCKETS, value_name = "N")]
+    max_buckets: usize,
+    /// At most N bucket combinations (compiles) over all symbols.
+    #[arg(long, default_value_t = tpuc_driver::buckets::DEFAULT_MAX_TOTAL, value_name = "N")]
+    max_total: u64,
+    /// An upper bound for a symbol, e.g. s77=2048: required for unbounded symbols, narrows a
+    /// bounded one (repeatable).
+    #[arg(long = "max-size", value_name = "NAME=N")]
+    max_size: Vec<String>,
+    /// Print the plan as one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct ImportArgs {
     /// The program: a .pt2 archive or a torch.export model.json.
     model: PathBuf,
@@ -494,6 +533,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Run(a) => run_model(a),
         Command::Cache(c) => cache_command(c),
+        Command::PlanBuckets(a) => plan_buckets(a),
         Command::Plugins => {
             for line in tpuc_driver::exec::describe_plugins() {
                 println!("{line}");
@@ -677,4 +717,148 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `NAME=VALUE` where NAME is a symbol name; `None` when the text has no such prefix.
+fn named(text: &str) -> Option<(&str, &str)> {
+    let (name, value) = text.split_once('=')?;
+    let ident = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ident.then_some((name, value))
+}
+
+/// `NAME=LO..HI` (HI may be empty: unbounded).
+fn parse_range(text: &str) -> Result<tpuc_driver::buckets::SymbolRange, Failure> {
+    let bad = || Failure::User(format!("bad --range `{text}`: expected NAME=LO..HI, e.g. seq=1..2048"));
+    let (name, range) = named(text).ok_or_else(bad)?;
+    let (lo, hi) = range.split_once("..").ok_or_else(bad)?;
+    let lo: i64 = lo.trim().parse().map_err(|_| bad())?;
+    let hi = match hi.trim() {
+        "" => None,
+        h => Some(h.parse::<i64>().map_err(|_| bad())?),
+    };
+    Ok(tpuc_driver::buckets::SymbolRange::new(name, lo, hi))
+}
+
+fn plan_buckets(a: PlanBucketsArgs) -> Result<(), Failure> {
+    use tpuc_driver::buckets::{self, BucketPolicy, SymbolRange};
+    let mut ranges: Vec<SymbolRange> = match (&a.model, a.ranges.is_empty()) {
+        (Some(_), false) => return Err(Failure::User("give MODEL or --range, not both".to_string())),
+        (None, true) => return Err(Failure::User("give MODEL, or the symbols with --range NAME=LO..HI".to_string())),
+        (Some(model), true) => {
+            let imported = tpuc_driver::import(model)?;
+            imported.module.symbols.iter().map(|s| SymbolRange::new(&*s.name, s.min, s.max)).collect()
+        }
+        (None, false) => a.ranges.iter().map(|r| parse_range(r)).collect::<Result<_, _>>()?,
+    };
+    let known = |ranges: &[SymbolRange], name: &str, flag: &str| -> Result<usize, Failure> {
+        ranges.iter().position(|r| r.name == name).ok_or_else(|| {
+            let names: Vec<&str> = ranges.iter().map(|r| r.name.as_str()).collect();
+            let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+            Failure::User(format!("{flag} names symbol `{name}`, which the program does not have (its symbols: {names})"))
+        })
+    };
+    for (i, r) in ranges.iter().enumerate() {
+        if ranges[..i].iter().any(|q| q.name == r.name) {
+            return Err(Failure::User(format!("symbol `{}` is given twice", r.name)));
+        }
+    }
+    for m in &a.max_size {
+        let bad = || Failure::User(format!("bad --max-size `{m}`: expected NAME=N, e.g. s0=2048"));
+        let (name, value) = named(m).ok_or_else(bad)?;
+        let value: i64 = value.trim().parse().map_err(|_| bad())?;
+        let i = known(&ranges, name, "--max-size")?;
+        ranges[i].hi = Some(ranges[i].hi.map_or(value, |h| h.min(value)));
+    }
+    // The policy for all symbols, then per-symbol ones.
+    let mut default = None;
+    let mut policies: Vec<Option<BucketPolicy>> = vec![None; ranges.len()];
+    let specs = a.buckets.iter().map(|b| (b.clone(), "--buckets")).chain(a.hist.iter().map(|h| match named(h) {
+        Some((name, file)) => (format!("{name}=hist:{file}"), "--hist"),
+        None => (format!("hist:{h}"), "--hist"),
+    }));
+    for (spec, flag) in specs {
+        let (slot, text) = match named(&spec) {
+            Some((name, text)) => (Some(known(&ranges, name, flag)?), text),
+            None => (None, spec.as_str()),
+        };
+        let policy: BucketPolicy = text.parse().map_err(|e: buckets::BucketError| Failure::User(e.to_string()))?;
+        let target = match slot {
+            Some(i) => &mut policies[i],
+            None => &mut default,
+        };
+        if target.is_some() {
+            let whom = slot.map_or("all symbols".to_string(), |i| format!("symbol `{}`", ranges[i].name));
+            return Err(Failure::User(format!("two bucket policies for {whom}")));
+        }
+        *target = Some(policy);
+    }
+    let default = default.unwrap_or_default();
+    let symbols: Vec<(SymbolRange, BucketPolicy)> =
+        ranges.into_iter().zip(policies).map(|(r, p)| (r, p.unwrap_or_else(|| default.clone()))).collect();
+    let plan = buckets::plan(&symbols, a.max_buckets, a.max_total).map_err(|e| Failure::User(e.to_string()))?;
+    if a.json {
+        let v = serde_json::to_value(&plan).map_err(|e| Failure::Internal(e.to_string()))?;
+        return write_output(None, &format!("{v}\n"));
+    }
+    write_output(None, &bucket_table(&plan))
+}
+
+/// The plan as an aligned table, then the combinations and notes.
+fn bucket_table(plan: &tpuc_driver::buckets::BucketPlan) -> String {
+    use std::fmt::Write as _;
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let mut rows = vec![["symbol", "range", "policy", "count", ">=128", "worst", "worst>256", "mean", "tokens", "buckets"].map(String::from)];
+    for s in &plan.symbols {
+        let w = &s.waste;
+        rows.push([
+            s.name.clone(),
+            format!("{}..{}", s.min, s.max),
+            s.policy.clone(),
+            s.buckets.len().to_string(),
+            s.large_buckets.to_string(),
+            pct(w.worst),
+            w.worst_above_256.map_or("-".to_string(), pct),
+            pct(w.mean),
+            pct(w.tokens),
+            s.buckets.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","),
+        ]);
+    }
+    let mut widths = [0usize; 10];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    if plan.symbols.is_empty() {
+        out.push_str("no symbolic dimensions: one compile\n");
+    } else {
+        for r in &rows {
+            let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+        for s in &plan.symbols {
+            if let Some(h) = &s.hist_waste {
+                let _ = writeln!(
+                    out,
+                    "{} under its histogram: worst {}, mean {}, tokens {}",
+                    s.name,
+                    pct(h.worst),
+                    pct(h.mean),
+                    pct(h.tokens)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "waste = (bucket - size) / bucket for sizes uniform over the range: worst case, worst above 256, mean; \
+             tokens = padding / all padded elements"
+        );
+    }
+    let _ = writeln!(out, "bucket combinations: {} (--max-total {})", plan.combinations, plan.max_total);
+    for n in &plan.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
 }
