@@ -3,21 +3,26 @@
 
 mod common;
 
+/// The fixtures, and with `TPUC_SCRATCH_DIR=dir` (a folder with a manifest.json) the models
+/// there too: `TPUC_SCRATCH_DIR=dir cargo test -p tpuc-frontend-fx --test numerics`.
 #[test]
 fn fixtures_match_eager() {
-    let dir = common::fixtures_dir();
+    let mut dirs = vec![common::fixtures_dir()];
+    dirs.extend(std::env::var_os("TPUC_SCRATCH_DIR").map(std::path::PathBuf::from));
     let mut failures = Vec::new();
-    for e in common::manifest(&dir) {
-        let imp = match tpuc_frontend_fx::import_file(&e.file) {
-            Ok(i) => i,
-            Err(err) => {
-                failures.push(format!("{}: import: {err}", e.name));
-                continue;
+    for dir in dirs {
+        for e in common::manifest(&dir) {
+            let imp = match tpuc_frontend_fx::import_file(&e.file) {
+                Ok(i) => i,
+                Err(err) => {
+                    failures.push(format!("{}: import: {err}", e.name));
+                    continue;
+                }
+            };
+            match common::run_and_compare(&imp, &e) {
+                Ok(w) => eprintln!("{:<24} max |diff| {w:.3e}", e.name),
+                Err(m) => failures.push(format!("{}: {m}", e.name)),
             }
-        };
-        match common::run_and_compare(&imp, &e) {
-            Ok(w) => eprintln!("{:<24} max |diff| {w:.3e}", e.name),
-            Err(m) => failures.push(format!("{}: {m}", e.name)),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -43,29 +48,5 @@ fn op_coverage_models_match_eager() {
         }
     }
     assert!(n >= 40, "only {n} op-coverage models");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// Extra models from `TPUC_SCRATCH_DIR` (a folder with a manifest.json): run on request with
-/// `TPUC_SCRATCH_DIR=dir cargo test -p tpuc-frontend-fx --test numerics -- --ignored`.
-#[test]
-#[ignore = "needs TPUC_SCRATCH_DIR"]
-fn scratch_models_match_eager() {
-    let dir = std::env::var("TPUC_SCRATCH_DIR").expect("TPUC_SCRATCH_DIR names a folder with a manifest.json");
-    let dir = std::path::PathBuf::from(dir);
-    let mut failures = Vec::new();
-    for e in common::manifest(&dir) {
-        let imp = match tpuc_frontend_fx::import_file(&e.file) {
-            Ok(i) => i,
-            Err(err) => {
-                failures.push(format!("{}: import: {err}", e.name));
-                continue;
-            }
-        };
-        match common::run_and_compare(&imp, &e) {
-            Ok(w) => eprintln!("{:<24} max |diff| {w:.3e}", e.name),
-            Err(m) => failures.push(format!("{}: {m}", e.name)),
-        }
-    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
