@@ -690,7 +690,7 @@ pub fn describe_plugins() -> Vec<String> {
     for target in Target::ALL {
         match d.get(target) {
             Some(f) => lines.push(describe_one(&target.to_string(), &f.path, &f.origin.to_string(), Some(target))),
-            None => lines.push(format!("{target}: not found (set {} or run scripts/setup.sh)", target.env_var())),
+            None => lines.push(format!("{target}: not found (set {} or run scripts/setup.sh)", rt::plugin_env_var(target))),
         }
     }
     lines

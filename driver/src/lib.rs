@@ -26,7 +26,9 @@ pub use tpuc_frontend_fx::{ImportError, Imported};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
 use tpuc_passes::{PassError, PassManager, PassTiming};
-pub use tpuc_passes::{Precision, Target as PassTarget};
+pub use tpuc_passes::Precision;
+/// The one target type, shared with the passes, the runtime and the CLI.
+pub use tpuc_platform::Target;
 
 /// What the pipeline should produce.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -53,7 +55,7 @@ pub struct LowerOptions {
     /// Name of the emitted MLIR module.
     pub module_name: Option<String>,
     /// The target the default pipeline is chosen for (and TPU legalization runs for).
-    pub target: PassTarget,
+    pub target: Target,
     /// Matmul / convolution precision; `None` = the target's default (TPU `default`, CPU
     /// `highest`).
     pub precision: Option<Precision>,
@@ -92,14 +94,6 @@ impl LowerOptions {
             names.insert(0, "inline-weights".to_string());
         }
         names
-    }
-}
-
-/// The pipeline target for a compile target.
-pub fn pass_target(t: exec::Target) -> PassTarget {
-    match t {
-        exec::Target::Cpu => PassTarget::Cpu,
-        exec::Target::Tpu => PassTarget::Tpu,
     }
 }
 

@@ -104,10 +104,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         // Not the graph's name: equal graphs must give equal programs (and cache keys).
         module_name: None,
         // The pass pipeline for the target (TPU legalization, precision defaults).
-        target: match options.target {
-            Target::Cpu => crate::PassTarget::Cpu,
-            Target::Tpu => crate::PassTarget::Tpu,
-        },
+        target: options.target,
         ..Default::default()
     };
     let mut lowered = crate::lower(imported, &lower_options, Emit::StableHlo)?;

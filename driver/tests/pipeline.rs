@@ -6,7 +6,7 @@
 
 use tpuc_driver::exec::{self, CompileRequest, Runner, Target};
 use tpuc_driver::tensor::{compare, HostTensor};
-use tpuc_driver::{Emit, LowerOptions, PassTarget};
+use tpuc_driver::{Emit, LowerOptions};
 
 mod common;
 use common::{fixtures_dir, read_manifest, Fixture};
@@ -56,7 +56,7 @@ fn every_fixture_equals_eager_after_the_default_pipelines() {
         check(&format!("{} (fused vs unfused)", f.name), &fused, &unfused, 1e-5, 1e-6);
         // The TPU pipeline run on the CPU plugin: 64-bit types narrowed, precision `default`
         // (which XLA's CPU backend computes in f32 anyway).
-        let (tpu_ir, tpu) = run(f, &LowerOptions { target: PassTarget::Tpu, ..Default::default() });
+        let (tpu_ir, tpu) = run(f, &LowerOptions { target: Target::Tpu, ..Default::default() });
         let (rtol, atol) = if f.name.starts_with("f64") { (1e-5, 1e-6) } else { (f.rtol, f.atol) };
         check(&format!("{} (tpu pipeline)", f.name), &tpu, &want, rtol, atol);
         exec::check_target_support(&tpu_ir.module, Target::Tpu).unwrap_or_else(|e| panic!("{}: {e}", f.name));
@@ -79,7 +79,7 @@ fn bf16_matmuls_stay_within_bf16_error_and_weights_inline() {
 #[test]
 fn f64_and_i64_fixtures_compile_for_tpu_with_a_note() {
     for f in all_fixtures().iter().filter(|f| f.name.starts_with("f64") || f.name.starts_with("tokens")) {
-        let options = LowerOptions { target: PassTarget::Tpu, ..Default::default() };
+        let options = LowerOptions { target: Target::Tpu, ..Default::default() };
         let lowered = tpuc_driver::compile_file(&f.file, &options, Emit::StableHlo).unwrap();
         assert_eq!(lowered.notes.len(), 1, "{}: {:?}", f.name, lowered.notes);
         assert!(lowered.notes[0].starts_with("TPU legalization narrowed "), "{}", lowered.notes[0]);
@@ -106,7 +106,7 @@ fn f64_and_i64_fixtures_compile_for_tpu_with_a_note() {
 #[test]
 fn fused_programs_compile_for_tpu() {
     for f in all_fixtures().iter().filter(|f| f.name.starts_with("llama") || f.name.starts_with("gpt2_block") || f.name.starts_with("manual")) {
-        let options = LowerOptions { target: PassTarget::Tpu, ..Default::default() };
+        let options = LowerOptions { target: Target::Tpu, ..Default::default() };
         let lowered = tpuc_driver::compile_file(&f.file, &options, Emit::StableHlo).unwrap();
         let text = lowered.stablehlo.as_deref().unwrap();
         if f.name.contains("train") {
@@ -122,16 +122,16 @@ fn fused_programs_compile_for_tpu() {
 fn snapshots_after_the_default_pipelines() {
     let dir = fixtures_dir();
     for (file, target) in [
-        ("mlp/core.pt2", PassTarget::Cpu),
-        ("mlp/export.pt2", PassTarget::Cpu),
-        ("gpt2_block/core.pt2", PassTarget::Cpu),
-        ("gpt2_block/export.pt2", PassTarget::Cpu),
-        ("gpt2_block/core.pt2", PassTarget::Tpu),
-        ("cnn/core.pt2", PassTarget::Cpu),
-        ("passes/llama_block.core.pt2", PassTarget::Cpu),
-        ("passes/manual_ops.core.pt2", PassTarget::Cpu),
-        ("passes/f64_mlp.core.pt2", PassTarget::Tpu),
-        ("passes/tokens.core.pt2", PassTarget::Tpu),
+        ("mlp/core.pt2", Target::Cpu),
+        ("mlp/export.pt2", Target::Cpu),
+        ("gpt2_block/core.pt2", Target::Cpu),
+        ("gpt2_block/export.pt2", Target::Cpu),
+        ("gpt2_block/core.pt2", Target::Tpu),
+        ("cnn/core.pt2", Target::Cpu),
+        ("passes/llama_block.core.pt2", Target::Cpu),
+        ("passes/manual_ops.core.pt2", Target::Cpu),
+        ("passes/f64_mlp.core.pt2", Target::Tpu),
+        ("passes/tokens.core.pt2", Target::Tpu),
     ] {
         let options = LowerOptions { target, ..Default::default() };
         let lowered = tpuc_driver::compile_file(&dir.join(file), &options, Emit::Ir).unwrap();

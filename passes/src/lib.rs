@@ -39,30 +39,14 @@ pub use tpuc_ir::Precision;
 use tpuc_ir::TensorData;
 
 /// What the program is compiled for; the default pipeline and some passes depend on it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// The XLA CPU plugin.
-    #[default]
-    Cpu,
-    /// TPUs through libtpu.
-    Tpu,
-}
+pub use tpuc_platform::Target;
 
-impl Target {
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Cpu => "cpu",
-            Target::Tpu => "tpu",
-        }
-    }
-
-    /// The precision policy when the user gives none: TPU `default` (as TorchTPU and JAX
-    /// do), CPU `highest` (what PyTorch computes on a CPU).
-    pub fn default_precision(self) -> Precision {
-        match self {
-            Target::Tpu => Precision::Default,
-            Target::Cpu => Precision::Highest,
-        }
+/// The precision policy when the user gives none: TPU `default` (as TorchTPU and JAX do), CPU
+/// `highest` (what PyTorch computes on a CPU).
+pub fn default_precision(target: Target) -> Precision {
+    match target {
+        Target::Tpu => Precision::Default,
+        Target::Cpu => Precision::Highest,
     }
 }
 
@@ -83,7 +67,7 @@ pub struct PipelineOptions {
 impl PipelineOptions {
     /// The precision policy in effect.
     pub fn precision(&self) -> Precision {
-        self.precision.unwrap_or_else(|| self.target.default_precision())
+        self.precision.unwrap_or_else(|| default_precision(self.target))
     }
 }
 

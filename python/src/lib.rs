@@ -169,13 +169,7 @@ impl Program {
         verify_each: bool,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
-            let target = match target {
-                "cpu" => Target::Cpu,
-                "tpu" => Target::Tpu,
-                other => {
-                    return Err(tpuc_error(py, format!("tpuc: unknown target `{other}` (cpu, tpu)"), "options", None, None))
-                }
-            };
+            let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
             let options = SessionOptions { target, topology, plugin, dump_dir, verify_each, name: name.to_string() };
             let bytes = program.as_bytes().to_vec();
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| session::compile(bytes, &options))));

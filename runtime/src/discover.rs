@@ -20,39 +20,21 @@ use crate::error::{Error, Result};
 /// Environment variable naming a plugin for callers that do not pick a target.
 pub const ENV_PLUGIN: &str = "TPUC_PJRT_PLUGIN";
 
-/// A kind of device with its own plugin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
-    Cpu,
-    Tpu,
-}
+pub use tpuc_platform::Target;
 
-impl Target {
-    pub const ALL: [Target; 2] = [Target::Cpu, Target::Tpu];
-
-    /// The environment variable that names this target's plugin file.
-    pub fn env_var(self) -> &'static str {
-        match self {
-            Target::Cpu => "TPUC_PJRT_CPU_PLUGIN",
-            Target::Tpu => "TPUC_PJRT_TPU_PLUGIN",
-        }
-    }
-
-    /// The plugin file inside a Python site-packages folder.
-    pub fn site_packages_file(self) -> &'static str {
-        match self {
-            Target::Cpu => "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
-            Target::Tpu => "libtpu/libtpu.so",
-        }
+/// The environment variable that names `target`'s plugin file.
+pub fn plugin_env_var(target: Target) -> &'static str {
+    match target {
+        Target::Cpu => "TPUC_PJRT_CPU_PLUGIN",
+        Target::Tpu => "TPUC_PJRT_TPU_PLUGIN",
     }
 }
 
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Target::Cpu => "cpu",
-            Target::Tpu => "tpu",
-        })
+/// `target`'s plugin file inside a Python site-packages folder.
+pub fn site_packages_file(target: Target) -> &'static str {
+    match target {
+        Target::Cpu => "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
+        Target::Tpu => "libtpu/libtpu.so",
     }
 }
 
@@ -111,7 +93,7 @@ impl Discovery {
             .map(|f| f.path.as_path())
             .ok_or_else(|| Error::NotFound {
                 target: target.to_string(),
-                env: target.env_var().to_string(),
+                env: plugin_env_var(target).to_string(),
                 searched: self
                     .searched
                     .iter()
@@ -130,7 +112,7 @@ impl Discovery {
                     target, searched, ..
                 } => Error::NotFound {
                     target,
-                    env: format!("{ENV_PLUGIN} or {}", Target::Cpu.env_var()),
+                    env: format!("{ENV_PLUGIN} or {}", plugin_env_var(Target::Cpu)),
                     searched,
                 },
                 other => other,
@@ -150,18 +132,18 @@ pub fn discover() -> Discovery {
         });
     }
     for target in Target::ALL {
-        if let Some(path) = env_path(target.env_var()) {
+        if let Some(path) = env_path(plugin_env_var(target)) {
             set(
                 &mut d,
                 target,
                 Found {
                     path,
-                    origin: Origin::Env(target.env_var()),
+                    origin: Origin::Env(plugin_env_var(target)),
                 },
             );
         } else {
             d.searched
-                .push((Some(target), format!("${}", target.env_var())));
+                .push((Some(target), format!("${}", plugin_env_var(target))));
         }
     }
 
@@ -243,7 +225,7 @@ fn search_site(d: &mut Discovery, site: &Path, origin: impl Fn() -> Origin) {
         if d.get(target).is_some() {
             continue;
         }
-        let path = site.join(target.site_packages_file());
+        let path = site.join(site_packages_file(target));
         if path.is_file() {
             set(
                 d,

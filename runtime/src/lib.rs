@@ -40,7 +40,7 @@ mod topology;
 mod types;
 
 pub use client::{BorrowedBuffer, Buffer, Client, Device, HostArray};
-pub use discover::{discover, Discovery, Found, Origin, Target, ENV_PLUGIN};
+pub use discover::{discover, plugin_env_var, site_packages_file, Discovery, Found, Origin, Target, ENV_PLUGIN};
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Executable, LoadedExecutable, Program};
 pub use options::{CompileOptions, OptionOverride};

@@ -4,11 +4,12 @@
 //! Exit codes: 0 success, 1 user error (bad input, unsupported op, bad option), 2 internal
 //! error (a tpuc bug).
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tpuc_driver::{DriverError, Emit, LowerOptions};
+use tpuc_driver::{DriverError, Emit, LowerOptions, Precision, Target};
 
 #[derive(Parser)]
 #[command(
@@ -97,22 +98,31 @@ struct ExplainArgs {
     pipeline: PipelineArgs,
 }
 
-#[derive(Copy, Clone, ValueEnum)]
-enum PrecisionKind {
-    /// One bf16 pass with f32 accumulation on TPU (the TPU default).
-    Default,
-    /// Three bf16 passes (bf16_3x).
-    High,
-    /// Six passes: f32 accuracy (the CPU default).
-    Highest,
+/// `--precision`: the words of [`Precision`], with help for each.
+fn precision_parser() -> impl TypedValueParser<Value = Precision> {
+    PossibleValuesParser::new([
+        PossibleValue::new("default").help("One bf16 pass with f32 accumulation on TPU (the TPU default)"),
+        PossibleValue::new("high").help("Three bf16 passes (bf16_3x)"),
+        PossibleValue::new("highest").help("Six passes: f32 accuracy (the CPU default)"),
+    ])
+    .map(|s| s.parse::<Precision>().expect("a listed precision"))
+}
+
+/// `--target`: the names of [`Target`], with help for each.
+fn target_parser() -> impl TypedValueParser<Value = Target> {
+    PossibleValuesParser::new([
+        PossibleValue::new(Target::Cpu.name()).help("The XLA CPU plugin (the default)"),
+        PossibleValue::new(Target::Tpu.name()).help("libtpu: compiles for a TPU topology (--topology), with or without a TPU"),
+    ])
+    .map(|s| s.parse::<Target>().expect("a listed target"))
 }
 
 /// Flags that choose and configure the pass pipeline (lower, opt, compile, run).
 #[derive(Args, Clone)]
 struct PipelineArgs {
     /// Matmul and convolution precision [default: tpu `default`, cpu `highest`].
-    #[arg(long, value_enum)]
-    precision: Option<PrecisionKind>,
+    #[arg(long, value_parser = precision_parser())]
+    precision: Option<Precision>,
     /// Matmuls and convolutions in bf16 with f32 accumulation; norms, softmax and reductions
     /// stay f32.
     #[arg(long)]
@@ -132,18 +142,11 @@ struct PipelineArgs {
 
 impl PipelineArgs {
     /// Lowering options for `target` with these flags.
-    fn options(&self, inline_weights: bool, target: TargetKind) -> LowerOptions {
+    fn options(&self, inline_weights: bool, target: Target) -> LowerOptions {
         LowerOptions {
             inline_weights,
-            target: match target {
-                TargetKind::Cpu => tpuc_driver::PassTarget::Cpu,
-                TargetKind::Tpu => tpuc_driver::PassTarget::Tpu,
-            },
-            precision: self.precision.map(|p| match p {
-                PrecisionKind::Default => tpuc_driver::Precision::Default,
-                PrecisionKind::High => tpuc_driver::Precision::High,
-                PrecisionKind::Highest => tpuc_driver::Precision::Highest,
-            }),
+            target,
+            precision: self.precision,
             bf16: self.bf16,
             allow_excess_precision: self.allow_excess_precision,
             no_fusion: self.no_fusion,
@@ -153,19 +156,11 @@ impl PipelineArgs {
     }
 }
 
-#[derive(Copy, Clone, ValueEnum)]
-enum TargetKind {
-    /// The XLA CPU plugin (the default).
-    Cpu,
-    /// libtpu: compiles for a TPU topology (--topology), with or without a TPU.
-    Tpu,
-}
-
 #[derive(Args)]
 struct TargetArgs {
     /// Which PJRT plugin compiles the program.
-    #[arg(long, value_enum, default_value = "cpu")]
-    target: TargetKind,
+    #[arg(long, value_parser = target_parser(), default_value = "cpu")]
+    target: Target,
     /// TPU topology to compile for, e.g. v5e:2x2, v6e:2x2, v5p:2x2x1 (with --target tpu).
     #[arg(long, value_name = "NAME")]
     topology: Option<String>,
@@ -237,10 +232,7 @@ fn compile_lowered(
 impl TargetArgs {
     fn request(&self) -> tpuc_driver::exec::CompileRequest {
         tpuc_driver::exec::CompileRequest {
-            target: match self.target {
-                TargetKind::Cpu => tpuc_driver::exec::Target::Cpu,
-                TargetKind::Tpu => tpuc_driver::exec::Target::Tpu,
-            },
+            target: self.target,
             topology: self.topology.clone(),
             partitions: self.partitions,
             plugin: self.plugin.clone(),
@@ -385,8 +377,8 @@ struct OptArgs {
 #[derive(Args)]
 struct PassRunArgs {
     /// The target whose default pipeline runs (TPU also legalizes f64 and i64).
-    #[arg(long, value_enum, default_value = "cpu")]
-    target: TargetKind,
+    #[arg(long, value_parser = target_parser(), default_value = "cpu")]
+    target: Target,
     #[command(flatten)]
     pipeline: PipelineArgs,
     /// Embed parameters, buffers and constants as constants (default: leading function
@@ -861,4 +853,30 @@ fn bucket_table(plan: &tpuc_driver::buckets::BucketPlan) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_listed_target_and_precision_parses() {
+        let cmd = clap::Command::new("t")
+            .arg(clap::Arg::new("p").long("p").value_parser(precision_parser()))
+            .arg(clap::Arg::new("t").long("t").value_parser(target_parser()));
+        for p in ["default", "high", "highest"] {
+            let m = cmd.clone().try_get_matches_from(["t", "--p", p]).unwrap();
+            assert_eq!(m.get_one::<Precision>("p").unwrap().to_string(), p);
+        }
+        for t in Target::ALL {
+            let m = cmd.clone().try_get_matches_from(["t", "--t", t.name()]).unwrap();
+            assert_eq!(*m.get_one::<Target>("t").unwrap(), t);
+        }
+    }
 }
