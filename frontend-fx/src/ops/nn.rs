@@ -242,6 +242,9 @@ fn conv_nd(cx: &mut Ctx) -> R<Vec<Val>> {
         positive(&stride, "stride")?;
         positive(&dilation, "dilation")?;
         let k = cx.static_dims(w, "convolution weight")?;
+        if k.len() != n + 2 {
+            return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
+        }
         let padding = match mode.as_str() {
             "valid" => vec![(0, 0); n],
             "same" => {

@@ -309,6 +309,10 @@ fn movedim(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let src: Vec<usize> = src.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?;
     let dst: Vec<usize> = dst.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?;
+    if r == 0 {
+        // dims 0 and -1 of a rank-0 tensor: nothing to move
+        return one(x);
+    }
     let mut perm: Vec<Option<usize>> = vec![None; r];
     for (&s, &d) in src.iter().zip(&dst) {
         if perm[d].replace(s).is_some() {
@@ -404,6 +408,9 @@ fn flatten(cx: &mut Ctx) -> R<Vec<Val>> {
 fn unflatten(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = cx.dims(x);
+    if dims.is_empty() {
+        return err("unflatten of a rank-0 tensor");
+    }
     let d = norm_dim(cx.int("dim")?, dims.len())?;
     let sizes = cx.syms("sizes")?;
     let mut target: Vec<SymExpr> = dims[..d].iter().map(Dim::to_expr).collect();
@@ -1049,7 +1056,8 @@ fn pixel_unshuffle(cx: &mut Ctx) -> R<Vec<Val>> {
     perm.extend([b, b + 2, b + 4, b + 1, b + 3]);
     let v = cx.transpose(v, &perm)?;
     let mut out: Vec<Dim> = d[..k - 3].to_vec();
-    out.extend([c * r * r, h / r, w / r].map(Dim::Static));
+    let c2 = c.checked_mul(r * r).filter(|&v| v <= MAX_SIZE).ok_or("pixel_unshuffle: too many channels")?;
+    out.extend([c2, h / r, w / r].map(Dim::Static));
     one(cx.reshape(v, out)?)
 }
 
@@ -1150,6 +1158,7 @@ fn repeat_interleave(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("repeat count {reps} out of range"));
     }
     let (x, dim) = match cx.opt_int("dim")? {
+        Some(_) if cx.rank(x) == 0 => return err("repeat_interleave along a dim of a rank-0 tensor"),
         Some(d) => (x, norm_dim(d, cx.rank(x))?),
         None => {
             let n = cx.ty(x).num_elements_expr();
