@@ -79,7 +79,7 @@ proptest! {
 /// Programs that once crashed the importer (tests/data/regressions), each with what importing
 /// it must give now: `Ok`, or an error whose text contains the given words. An error must name
 /// the node, its op and the source line.
-const REGRESSIONS: [(&str, Option<&str>); 8] = [
+const REGRESSIONS: [(&str, Option<&str>); 9] = [
     // found by the `import_edits` fuzz target: glu indexed the empty shape of a rank-0 tensor
     ("glu_rank0", Some("glu does not take a rank-0 tensor")),
     ("conv2d_same_rank0_weight", Some("convolution weight must have rank >= 3")),
@@ -89,6 +89,7 @@ const REGRESSIONS: [(&str, Option<&str>); 8] = [
     ("unflatten_rank0", Some("unflatten of a rank-0 tensor")),
     ("repeat_interleave_rank0_dim", Some("repeat_interleave along a dim of a rank-0 tensor")),
     ("movedim_rank0", None),
+    ("unfold_rank0", None),
 ];
 
 #[test]

@@ -1120,13 +1120,21 @@ fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.reshape(g, size.iter().map(|&s| Dim::Static(s)).collect())?)
 }
 
-/// `unfold(dimension, size, step)`: windows along a dim become a new last dim.
+/// `unfold(dimension, size, step)`: windows along a dim become a new last dim. A rank-0
+/// tensor counts as one element along dim 0 and gives `[size]` (size 0 or 1), as in torch.
 fn unfold(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
     let d = norm_dim(cx.int("dimension")?, r)?;
     let size = cx.int("size")?;
     let step = cx.int("step")?;
+    if r == 0 {
+        if !(0..=1).contains(&size) || step <= 0 {
+            return err(format!("unfold of a rank-0 tensor needs size 0 or 1 and a positive step, got size {size}, step {step}"));
+        }
+        let x1 = cx.reshape(x, vec![Dim::Static(1)])?;
+        return one(slice_static(cx, x1, 0, 0, size, 1)?);
+    }
     let n = static_dim_size(cx, x, d, "unfold")?;
     if size < 0 || size > n || step <= 0 {
         return err("unfold: bad size or step");
