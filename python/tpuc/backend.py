@@ -86,15 +86,19 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
 
     gid = next(_graph_ids)
     state = _Backend(opts, f"g{gid}")
+    # The CPU flash-attention op's core decomposition returns the attention weights where the
+    # logsumexp belongs (torch 2.15): [B, H, L, S] instead of [B, H, L], and with them the
+    # backward's q/k/v gradients are wrong. tpuc lowers the op itself, so it is kept whole.
+    decompositions = core_aten_decompositions()
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     aot = aot_autograd(
         fw_compiler=lambda g, ex: state.compile(g, ex, "forward"),
         bw_compiler=lambda g, ex: state.compile(g, ex, "backward"),
         inference_compiler=lambda g, ex: state.compile(g, ex, "inference"),
-        decompositions=core_aten_decompositions(),
+        decompositions=decompositions,
     )
-    # The CPU flash-attention path's core decomposition returns the attention weights where
-    # the logsumexp belongs, which makes the backward's q/k/v gradients wrong (torch 2.15);
-    # the math backend traces SDPA as primitive ops with correct gradients.
+    # The math backend traces F.scaled_dot_product_attention as primitive ops, so graphs reach
+    # the flash op only when a program calls it directly.
     start = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         compiled = aot(gm, example_inputs)

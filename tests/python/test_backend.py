@@ -419,3 +419,41 @@ def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
     assert len(ours) == 1 and "aten.erfinv.default" in ours[0], ours
+
+
+# ----------------------------------------------------------------- attention
+
+
+def test_flash_attention_logsumexp_has_its_eager_shape_and_values():
+    """The CPU flash-attention op called directly: its logsumexp is [B, H, L] (torch's core
+    decomposition of the op would put the [B, H, L, S] attention weights there)."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def f(q, k, v, m):
+        return flash(q, k, v) + flash(q, k, v, attn_mask=m, scale=0.3)
+
+    torch.manual_seed(0)
+    args = (torch.randn(4, 4, 3, 6), torch.randn(4, 4, 6, 6), torch.randn(4, 4, 6, 6), torch.randn(3, 6))
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(*args)
+    want = f(*args)
+    assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want] == [(4, 4, 3, 6), (4, 4, 3)] * 2
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_called_directly_trains_like_eager():
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def loss(q, k, v):
+        out, lse = flash(q, k, v, is_causal=True)
+        return out.pow(2).sum() + lse.sum()
+
+    torch.manual_seed(0)
+    base = (torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4))
+    grads = []
+    for fn in (torch.compile(loss, backend="tpuc", options={"strict": True}), loss):
+        args = [t.clone().requires_grad_() for t in base]
+        fn(*args).backward()
+        grads.append([a.grad for a in args])
+    for g, w in zip(*grads):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-5)
