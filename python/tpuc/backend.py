@@ -174,12 +174,16 @@ class _Backend:
                     return compiled
                 return self._split(gm, name, static, buffers, unsupported)
             except TpucError as e:
-                # An op the registry knows but cannot lower with these arguments: run that node
-                # eagerly too (in strict mode, raise).
-                if e.kind in ("unsupported_op", "op", "lowering") and e.node in by_name and e.node not in unsupported:
+                # Ops the registry knows but cannot lower with these arguments: run those nodes
+                # eagerly too (in strict mode, raise). The importer names every such node of the
+                # graph in one error (`e.nodes`); a node it could not check because it reads the
+                # result of a failed one, or one that fails only in lowering, takes another round.
+                failed = {n["node"] for n in e.nodes if n["kind"] in ("unsupported_op", "op", "lowering")}
+                failed = {n for n in failed if n in by_name} - unsupported
+                if e.kind in ("unsupported_op", "op", "lowering") and failed:
                     if self.opts.strict:
                         raise
-                    unsupported.add(e.node)
+                    unsupported |= failed
                     continue
                 raise
         raise TpucError(f"tpuc: {name}: gave up splitting the graph", kind="internal", graph=name)
