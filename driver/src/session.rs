@@ -12,8 +12,8 @@
 //! [`Program::set_weight`]), static shapes.
 //! Guarantees: every compile goes through the process's executable cache ([`cache`], set up from
 //! the `TPUC_CACHE_*` variables on first use) with [`crate::exec::compile_cached`]; inputs are checked against the signature (byte
-//! size per argument) before anything reaches PJRT; errors that concern one FX node carry it
-//! ([`error_node`]).
+//! size per argument) before anything reaches PJRT; errors that concern FX nodes carry them
+//! ([`error_node`], the first; [`error_nodes`], all of an import's failed nodes).
 
 use crate::exec::{self, argument_list, CompileRequest, CompileSummary, ExecError, RunTimes, Target};
 use crate::{DriverError, Emit, LowerOptions, Timings};
@@ -333,18 +333,11 @@ impl Program {
     }
 }
 
-/// `at` of an import error, boxed or not.
-fn node_ref(at: &impl std::borrow::Borrow<NodeRef>) -> NodeRef {
-    at.borrow().clone()
-}
-
-/// The FX node an error is about, when it names one.
+/// The FX node an error is about, when it names one (for an import that failed at several
+/// nodes, the first).
 pub fn error_node(e: &DriverError) -> Option<NodeRef> {
     match e {
-        DriverError::Import(ImportError::UnsupportedOp { target, node, location }) => {
-            Some(NodeRef { node: node.clone(), target: target.clone(), source: location.clone() })
-        }
-        DriverError::Import(ImportError::Op { at, .. } | ImportError::TypeMismatch { at, .. }) => Some(node_ref(at)),
+        DriverError::Import(e) => e.node(),
         DriverError::Emit(EmitError::Unsupported { context, opcode, .. }) => {
             // context: " (node `x` at model.py:3)"
             let rest = context.split("node `").nth(1)?;
@@ -356,12 +349,46 @@ pub fn error_node(e: &DriverError) -> Option<NodeRef> {
     }
 }
 
-/// A short name for the kind of an error, for callers that dispatch on it.
+/// One node an import failed at: the kind of failure (as [`error_kind`] names it), the node
+/// and the message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeFailure {
+    pub kind: &'static str,
+    pub at: NodeRef,
+    pub message: String,
+}
+
+/// Every node an error names, in graph order: all the nodes an import failed at (the importer
+/// reports them in one pass), else the one node of [`error_node`], else none.
+pub fn error_nodes(e: &DriverError) -> Vec<NodeFailure> {
+    if let DriverError::Import(ie) = e {
+        if !ie.node_errors().is_empty() {
+            return ie
+                .node_errors()
+                .iter()
+                .filter_map(|n| Some(NodeFailure { kind: import_kind(n), at: n.node()?, message: n.to_string() }))
+                .collect();
+        }
+    }
+    match error_node(e) {
+        Some(at) => vec![NodeFailure { kind: error_kind(e), at, message: e.to_string() }],
+        None => Vec::new(),
+    }
+}
+
+fn import_kind(e: &ImportError) -> &'static str {
+    match e.first() {
+        ImportError::UnsupportedOp { .. } => "unsupported_op",
+        ImportError::Op { .. } | ImportError::TypeMismatch { .. } => "op",
+        _ => "import",
+    }
+}
+
+/// A short name for the kind of an error, for callers that dispatch on it (for an import that
+/// failed at several nodes, the kind of the first).
 pub fn error_kind(e: &DriverError) -> &'static str {
     match e {
-        DriverError::Import(ImportError::UnsupportedOp { .. }) => "unsupported_op",
-        DriverError::Import(ImportError::Op { .. } | ImportError::TypeMismatch { .. }) => "op",
-        DriverError::Import(_) => "import",
+        DriverError::Import(ie) => import_kind(ie),
         DriverError::Emit(EmitError::Unsupported { .. }) => "lowering",
         DriverError::Emit(EmitError::DynamicDim { .. }) => "dynamic_shape",
         DriverError::Exec(ExecError::Plugin(_)) => "plugin",
@@ -461,5 +488,35 @@ mod tests {
         let at = error_node(&err).unwrap();
         assert_eq!(at.node, "add");
         assert_eq!(at.source.as_deref(), Some("model.py:3 in forward"));
+        let all = error_nodes(&err);
+        assert_eq!(all.len(), 1);
+        assert_eq!((all[0].kind, all[0].at.node.as_str()), ("unsupported_op", "add"));
+    }
+
+    #[test]
+    fn every_failed_node_comes_back_from_one_compile() {
+        // add as an unknown op, then a second node using add's (stood-in) result with
+        // arguments its lowering rejects
+        let second = r#"{"target": "torch.ops.aten.glu.default", "name": "glu",
+                   "inputs": [{"name": "self", "arg": {"as_tensor": {"name": "add"}}, "kind": 1},
+                              {"name": "dim", "arg": {"as_int": 5}, "kind": 1}],
+                   "outputs": [{"as_tensor": {"name": "glu"}}],
+                   "metadata": {"stack_trace": "File \"model.py\", line 4, in forward\n    glu(y)"}}],"#;
+        let bad = PROGRAM
+            .replace("torch.ops.aten.add.Tensor", "torch.ops.aten.frobnicate.default")
+            .replacen("}}],\n        \"outputs\"", &format!("}}}},\n{second}\n        \"outputs\""), 1)
+            .replace(r#""add": {"dtype": 7, "sizes": [{"as_int": 2}]}}},"#, r#""add": {"dtype": 7, "sizes": [{"as_int": 2}]},
+            "glu": {"dtype": 7, "sizes": [{"as_int": 1}]}}},"#)
+            .replace(r#"{"user_output": {"arg": {"as_none": true}}}"#, r#"{"user_output": {"arg": {"as_tensor": {"name": "glu"}}}}"#);
+        let err = match compile(bad.into_bytes(), &SessionOptions::default()) {
+            Err(e) => e,
+            Ok(_) => panic!("compiled an unknown op"),
+        };
+        assert_eq!(error_kind(&err), "unsupported_op");
+        assert_eq!(error_node(&err).unwrap().node, "add");
+        let all: Vec<(&str, String)> = error_nodes(&err).iter().map(|f| (f.kind, f.at.node.clone())).collect();
+        assert_eq!(all, [("unsupported_op", "add".to_string()), ("op", "glu".to_string())], "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("\n  also: op `torch.ops.aten.glu.default` at node `glu` (model.py:4 in forward)"), "{msg}");
     }
 }

@@ -72,10 +72,61 @@ pub enum ImportError {
     /// The imported module does not pass the IR verifier (a bug in the importer).
     #[error("imported module does not verify:\n{0}")]
     Verify(String),
+    /// Several nodes failed (two or more node errors: [`UnsupportedOp`](Self::UnsupportedOp),
+    /// [`Op`](Self::Op), [`TypeMismatch`](Self::TypeMismatch)), in graph order. Shown as the
+    /// first, then one `  also: ...` line for each of the others.
+    #[error("{}", list_nodes(.0))]
+    Nodes(Vec<ImportError>),
+}
+
+fn list_nodes(errors: &[ImportError]) -> String {
+    let mut s = String::new();
+    for (i, e) in errors.iter().enumerate() {
+        if i > 0 {
+            s.push_str("\n  also: ");
+        }
+        s.push_str(&e.to_string());
+    }
+    s
 }
 
 impl ImportError {
     pub(crate) fn schema(msg: impl Into<String>) -> Self {
         ImportError::Schema(msg.into())
+    }
+
+    /// Whether the error concerns one FX node (an unsupported op, arguments its lowering
+    /// rejects, a result of the wrong type).
+    pub fn is_node_error(&self) -> bool {
+        matches!(self, ImportError::UnsupportedOp { .. } | ImportError::Op { .. } | ImportError::TypeMismatch { .. })
+    }
+
+    /// Every node that failed, in graph order: the list of [`Nodes`](Self::Nodes), the error
+    /// itself for a single node error, and nothing for other errors.
+    pub fn node_errors(&self) -> &[ImportError] {
+        match self {
+            ImportError::Nodes(v) => v,
+            e if e.is_node_error() => std::slice::from_ref(e),
+            _ => &[],
+        }
+    }
+
+    /// The error shown first: the first failed node of [`Nodes`](Self::Nodes), else itself.
+    pub fn first(&self) -> &ImportError {
+        match self {
+            ImportError::Nodes(v) => v.first().map_or(self, ImportError::first),
+            e => e,
+        }
+    }
+
+    /// The node a node error concerns (for [`Nodes`](Self::Nodes), the first one).
+    pub fn node(&self) -> Option<NodeRef> {
+        match self.first() {
+            ImportError::UnsupportedOp { target, node, location } => {
+                Some(NodeRef { node: node.clone(), target: target.clone(), source: location.clone() })
+            }
+            ImportError::Op { at, .. } | ImportError::TypeMismatch { at, .. } => Some((**at).clone()),
+            _ => None,
+        }
     }
 }

@@ -377,7 +377,16 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone() };
 
     // ---- nodes
-    let mut views: HashSet<String> = HashSet::new();
+    // A node that fails (an unsupported op, arguments its lowering rejects, a result of the
+    // wrong type) does not end the walk: the failure is recorded and its outputs are stood in
+    // for by values of the types torch recorded for them, so later nodes are lowered and
+    // checked as they would be if it had worked. Outputs without a recorded tensor type
+    // (SymInts, missing metadata) cannot be stood in for; a node that reads one is skipped
+    // without being reported, unless its op is unsupported, which is reported regardless.
+    // The import then fails with every failure, in graph order (see `ImportError::Nodes`).
+    let mut walk = Walk { module: &mut module, block, g, rename: &rename, views: HashSet::new() };
+    let mut failures: Vec<ImportError> = Vec::new();
+    let mut unknown: HashSet<String> = HashSet::new();
     for (i, node) in g.nodes.iter().enumerate() {
         let outs = flatten_outputs(&node.outputs)?;
         let name = node
@@ -386,83 +395,42 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
             .or_else(|| outs.iter().find_map(|o| o.name().map(str::to_string)))
             .unwrap_or_else(|| format!("node{i}"));
         let source = schema::stack_trace(node).and_then(schema::user_frame);
-        let at = || Box::new(NodeRef { node: name.clone(), target: node.target.clone(), source: source.clone() });
-        // An in-place op (`add_.Tensor`) in a non-functional graph: lower its functional form
-        // and rebind the mutated input, unless that input is a view of another tensor.
-        let (f, inplace_self) = match ops::lookup(&node.target) {
-            Some(f) => (f, None),
-            None => match functional_form(&node.target).and_then(|t| ops::lookup(&t)) {
-                Some(f) => {
-                    let self_name = node.inputs.first().and_then(|a| match schema::decode_arg(&a.arg) {
-                        Ok(Arg::Tensor(n)) => Some(n),
-                        _ => None,
-                    });
-                    let Some(self_name) = self_name else {
-                        return Err(ImportError::Op { at: at(), message: "in-place op without a tensor `self`".into() });
-                    };
-                    if views.contains(&self_name) {
-                        return Err(ImportError::Op {
-                            at: at(),
-                            message: format!("in-place update of `{self_name}`, a view of another tensor, is not supported"),
-                        });
-                    }
-                    (f, Some(self_name))
-                }
-                None => {
-                    return Err(ImportError::UnsupportedOp { target: node.target.clone(), node: name.clone(), location: source.clone() })
-                }
-            },
+        let at = NodeRef { node: name, target: node.target.clone(), source };
+        let reads_unknown = !unknown.is_empty() && {
+            let mut names = HashSet::new();
+            node.inputs.iter().for_each(|a| collect_names(&a.arg, &mut names));
+            names.iter().any(|n| unknown.contains(n))
         };
-        if is_view_op(&node.target) {
-            views.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
-        }
-        let loc = module.add_loc(Loc::new(name.clone(), node.target.clone(), source.clone()));
-        let mut b = Builder::new(&mut module, block);
-        b.loc = Some(loc);
-        let vals = {
-            let mut cx = Ctx { b, node, st: &st, outs: &outs };
-            f(&mut cx).map_err(|e| ImportError::Op { at: at(), message: e.0 })?
-        };
-        let mut vals = vals;
-        if let Some(self_name) = &inplace_self {
-            if let (Some(Val::Tensor(v)), Some(Val::Tensor(orig))) = (vals.first().cloned(), st.env.get(self_name).cloned()) {
-                // in-place results keep the mutated tensor's dtype and shape
-                let dt = module.value_type(orig).dtype;
-                let mut b = Builder::new(&mut module, block);
-                b.loc = Some(loc);
-                let v = b.convert(v, dt).map_err(|e| ImportError::Op { at: at(), message: e.to_string() })?;
-                if let Some(first) = vals.first_mut() {
-                    *first = Val::Tensor(v);
-                }
-                st.env.insert(self_name.clone(), Val::Tensor(v));
+        if reads_unknown {
+            if let Err(e @ ImportError::UnsupportedOp { .. }) = resolve(node, &at, &walk.views) {
+                failures.push(e);
             }
+            unknown.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
+            continue;
         }
-        if vals.len() != outs.len() {
-            return Err(ImportError::Op {
-                at: at(),
-                message: format!("lowering produced {} values for {} outputs", vals.len(), outs.len()),
-            });
-        }
-        for (slot, val) in outs.iter().zip(vals) {
-            let Some(n) = slot.name() else { continue };
-            if let (OutSlot::Tensor(_), Val::Tensor(v)) = (slot, &val) {
-                if let Some(meta) = g.tensor_values.get(n) {
-                    let want = meta_type(meta, &rename)?;
-                    let got = module.value_type(*v);
-                    let dims_ok = got.rank() == want.rank()
-                        && got.dims.iter().zip(&want.dims).all(|(a, b)| a == b || !(a.is_static() && b.is_static()));
-                    if got.dtype != want.dtype || !dims_ok {
-                        return Err(ImportError::TypeMismatch {
-                            at: at(),
-                            value: n.to_string(),
-                            got: got.to_string(),
-                            expected: want.to_string(),
-                        });
+        match walk.node(node, &outs, &at, &mut st) {
+            Ok(()) => {}
+            Err(e) if e.is_node_error() => {
+                failures.push(e);
+                for slot in &outs {
+                    let Some(n) = slot.name() else { continue };
+                    match walk.stand_in(slot, &at) {
+                        Some(v) => {
+                            st.env.insert(n.to_string(), Val::Tensor(v));
+                        }
+                        None => {
+                            unknown.insert(n.to_string());
+                        }
                     }
                 }
             }
-            st.env.insert(n.to_string(), val);
+            Err(e) => return Err(e),
         }
+    }
+    match failures.len() {
+        0 => {}
+        1 => return Err(failures.remove(0)),
+        _ => return Err(ImportError::Nodes(failures)),
     }
 
     // ---- outputs
@@ -543,6 +511,117 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     }
     let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
     Ok(Imported { module, weights, inputs, outputs, torch_version, has_weight_data })
+}
+
+/// How a node is lowered: its op's lowering and, for an in-place op lowered through its
+/// functional form, the name of the tensor it mutates.
+fn resolve(node: &schema::Node, at: &NodeRef, views: &HashSet<String>) -> Result<(ops::OpFn, Option<String>), ImportError> {
+    if let Some(f) = ops::lookup(&node.target) {
+        return Ok((f, None));
+    }
+    // An in-place op (`add_.Tensor`) in a non-functional graph: lower its functional form
+    // and rebind the mutated input, unless that input is a view of another tensor.
+    let Some(f) = functional_form(&node.target).and_then(|t| ops::lookup(&t)) else {
+        return Err(ImportError::UnsupportedOp { target: node.target.clone(), node: at.node.clone(), location: at.source.clone() });
+    };
+    let self_name = node.inputs.first().and_then(|a| match schema::decode_arg(&a.arg) {
+        Ok(Arg::Tensor(n)) => Some(n),
+        _ => None,
+    });
+    let Some(self_name) = self_name else {
+        return Err(ImportError::Op { at: Box::new(at.clone()), message: "in-place op without a tensor `self`".into() });
+    };
+    if views.contains(&self_name) {
+        return Err(ImportError::Op {
+            at: Box::new(at.clone()),
+            message: format!("in-place update of `{self_name}`, a view of another tensor, is not supported"),
+        });
+    }
+    Ok((f, Some(self_name)))
+}
+
+/// The graph walk's state besides the value environment.
+struct Walk<'a, 'p> {
+    module: &'a mut Module,
+    block: tpuc_ir::BlockId,
+    g: &'p schema::Graph,
+    rename: &'a HashMap<String, String>,
+    /// Names of view-op results (in-place updates of them are not supported).
+    views: HashSet<String>,
+}
+
+impl Walk<'_, '_> {
+    /// Lowers one node and binds its outputs in `st.env`.
+    fn node(&mut self, node: &schema::Node, outs: &[OutSlot], at: &NodeRef, st: &mut State) -> Result<(), ImportError> {
+        let boxed = || Box::new(at.clone());
+        let (f, inplace_self) = resolve(node, at, &self.views)?;
+        if is_view_op(&node.target) {
+            self.views.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
+        }
+        let loc = self.module.add_loc(Loc::new(at.node.clone(), node.target.clone(), at.source.clone()));
+        let mut b = Builder::new(self.module, self.block);
+        b.loc = Some(loc);
+        let mut vals = {
+            let mut cx = Ctx { b, node, st, outs };
+            f(&mut cx).map_err(|e| ImportError::Op { at: boxed(), message: e.0 })?
+        };
+        if let Some(self_name) = &inplace_self {
+            if let (Some(Val::Tensor(v)), Some(Val::Tensor(orig))) = (vals.first().cloned(), st.env.get(self_name).cloned()) {
+                // in-place results keep the mutated tensor's dtype and shape
+                let dt = self.module.value_type(orig).dtype;
+                let mut b = Builder::new(self.module, self.block);
+                b.loc = Some(loc);
+                let v = b.convert(v, dt).map_err(|e| ImportError::Op { at: boxed(), message: e.to_string() })?;
+                if let Some(first) = vals.first_mut() {
+                    *first = Val::Tensor(v);
+                }
+                st.env.insert(self_name.clone(), Val::Tensor(v));
+            }
+        }
+        if vals.len() != outs.len() {
+            return Err(ImportError::Op {
+                at: boxed(),
+                message: format!("lowering produced {} values for {} outputs", vals.len(), outs.len()),
+            });
+        }
+        for (slot, val) in outs.iter().zip(&vals) {
+            let Some(n) = slot.name() else { continue };
+            if let (OutSlot::Tensor(_), Val::Tensor(v)) = (slot, val) {
+                if let Some(meta) = self.g.tensor_values.get(n) {
+                    let want = meta_type(meta, self.rename)?;
+                    let got = self.module.value_type(*v);
+                    let dims_ok = got.rank() == want.rank()
+                        && got.dims.iter().zip(&want.dims).all(|(a, b)| a == b || !(a.is_static() && b.is_static()));
+                    if got.dtype != want.dtype || !dims_ok {
+                        return Err(ImportError::TypeMismatch {
+                            at: boxed(),
+                            value: n.to_string(),
+                            got: got.to_string(),
+                            expected: want.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        for (slot, val) in outs.iter().zip(vals) {
+            if let Some(n) = slot.name() {
+                st.env.insert(n.to_string(), val);
+            }
+        }
+        Ok(())
+    }
+
+    /// A value of the type torch recorded for a failed node's tensor output (zeros), so that
+    /// later nodes can still be lowered; `None` when the output has no usable recorded type.
+    fn stand_in(&mut self, slot: &OutSlot, at: &NodeRef) -> Option<ValueId> {
+        let OutSlot::Tensor(n) = slot else { return None };
+        let ty = meta_type(self.g.tensor_values.get(n)?, self.rename).ok()?;
+        let loc = self.module.add_loc(Loc::new(at.node.clone(), at.target.clone(), at.source.clone()));
+        let mut b = Builder::new(self.module, self.block);
+        b.loc = Some(loc);
+        let zero = b.scalar(tpuc_ir::Scalar::Int(0), ty.dtype).ok()?;
+        b.broadcast_in_dim(zero, &[], ty.dims.to_vec()).ok()
+    }
 }
 
 /// `torch.ops.aten.add_.Tensor` -> `torch.ops.aten.add.Tensor`.

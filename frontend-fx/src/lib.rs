@@ -18,6 +18,11 @@
 //! variants (`add_.Tensor`) of registered ops are lowered through their functional form when
 //! the mutated tensor is not a view.
 //!
+//! Errors name the FX node, its target and source line. An import that meets nodes it cannot
+//! import (unknown ops, arguments a lowering rejects) goes on past them and reports them all,
+//! in graph order, in one error ([`ImportError::Nodes`] when there are several; see
+//! [`ImportError::node_errors`]).
+//!
 //! Tests: `tests/import_fixtures.rs` (signatures, weights, errors), `tests/numerics.rs` (every
 //! fixture and the op-coverage models in `tests/data` run through a reference interpreter and
 //! match PyTorch eager), `tests/robustness.rs` (hostile input), `tests/snapshot.rs`.

@@ -152,12 +152,19 @@ fn bare_model_json_has_no_weight_data() {
 
 /// Replaces one node's target in an archive's model.json and imports the JSON.
 fn import_with_target(fixture: &str, node: &str, target: &str) -> Result<tpuc_frontend_fx::Imported, ImportError> {
+    import_with_targets(fixture, &[(node, target)])
+}
+
+/// Replaces the targets of nodes in an archive's model.json and imports the JSON.
+fn import_with_targets(fixture: &str, edits: &[(&str, &str)]) -> Result<tpuc_frontend_fx::Imported, ImportError> {
     let path = common::fixtures_dir().join(fixture);
     let (_, json) = read_zip_entry(&path, "models/model.json");
     let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
     let nodes = v["graph_module"]["graph"]["nodes"].as_array_mut().unwrap();
-    let n = nodes.iter_mut().find(|n| n["name"] == node).unwrap_or_else(|| panic!("node {node}"));
-    n["target"] = serde_json::Value::String(target.into());
+    for (node, target) in edits {
+        let n = nodes.iter_mut().find(|n| n["name"] == *node).unwrap_or_else(|| panic!("node {node}"));
+        n["target"] = serde_json::Value::String(target.to_string());
+    }
     import_bytes(serde_json::to_vec(&v).unwrap())
 }
 
@@ -166,6 +173,42 @@ fn unsupported_op_names_target_node_and_line() {
     let e = import_with_target("mlp/core.pt2", "relu", "torch.ops.aten.frobnicate.default").unwrap_err();
     assert!(matches!(e, ImportError::UnsupportedOp { .. }));
     assert_eq!(e.to_string(), "unsupported op `torch.ops.aten.frobnicate.default` at node `relu` (make_fixtures.py:80 in forward)");
+}
+
+#[test]
+fn every_failed_node_is_reported_in_one_import() {
+    // two unsupported ops: both named, the first as it would be alone
+    let e = import_with_targets(
+        "mlp/core.pt2",
+        &[("relu", "torch.ops.aten.frobnicate.default"), ("addmm_1", "torch.ops.aten.twiddle.default")],
+    )
+    .unwrap_err();
+    let nodes: Vec<String> = e.node_errors().iter().map(|n| n.node().unwrap().node).collect();
+    assert_eq!(nodes, ["relu", "addmm_1"], "{e}");
+    assert!(e.node_errors().iter().all(|n| matches!(n, ImportError::UnsupportedOp { .. })));
+    assert_eq!(
+        e.to_string(),
+        "unsupported op `torch.ops.aten.frobnicate.default` at node `relu` (make_fixtures.py:80 in forward)\n  \
+         also: unsupported op `torch.ops.aten.twiddle.default` at node `addmm_1` (make_fixtures.py:80 in forward)"
+    );
+    assert_eq!(e.node().unwrap().node, "relu");
+    assert!(matches!(e.first(), ImportError::UnsupportedOp { .. }));
+
+    // a node after an unsupported one still gets lowered and checked: relu's output stands in
+    // with its recorded type, so permute_1's bad use of addmm's lowering is found too
+    let e = import_with_targets(
+        "mlp/core.pt2",
+        &[("relu", "torch.ops.aten.frobnicate.default"), ("permute_1", "torch.ops.aten.addmm.default")],
+    )
+    .unwrap_err();
+    let kinds: Vec<(String, bool)> =
+        e.node_errors().iter().map(|n| (n.node().unwrap().node, matches!(n, ImportError::UnsupportedOp { .. }))).collect();
+    assert_eq!(kinds, [("relu".to_string(), true), ("permute_1".to_string(), false)], "{e}");
+
+    // one failure is reported as before, not as a list
+    let e = import_with_target("mlp/core.pt2", "relu", "torch.ops.aten.frobnicate.default").unwrap_err();
+    assert_eq!(e.node_errors().len(), 1);
+    assert!(!matches!(e, ImportError::Nodes(_)));
 }
 
 #[test]

@@ -4,6 +4,10 @@
 //! round-trips through the IR text and verifies.
 //!
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run import_edits`
+//!
+//! A crash it finds is kept as the smallest program that shows it, in
+//! frontend-fx/tests/data/regressions (listed in frontend-fx/tests/robustness.rs); the
+//! schema-shaped sweep there calls every lowering with hostile arguments of the right kinds.
 #![no_main]
 
 mod common;

@@ -7,8 +7,9 @@
 //! wraps without a copy (`torch.frombuffer`, which keeps the `HostBuffer` alive); on CPU they
 //! are the result buffers' own memory, so no copy is made on the way out either.
 //!
-//! Errors are `tpuc.errors.TpucError` (with `kind`, `node`, `target`, `source`); a Rust panic is
-//! caught at every entry point and raised as a `TpucError` of kind `internal`.
+//! Errors are `tpuc.errors.TpucError` (with `kind`, `node`, `target`, `source`, and `nodes`:
+//! every node an import failed at); a Rust panic is caught at every entry point and raised as a
+//! `TpucError` of kind `internal`.
 
 // The module is `tpuc._C`, as torch names its own extension.
 #![allow(non_snake_case)]
@@ -31,6 +32,19 @@ use tpuc_frontend_fx::{ConstValue, InputSlot, NodeRef, OutputSlot};
 
 /// Raises `tpuc.errors.TpucError(message, kind=..., node=..., target=..., source=..., graph=...)`.
 fn tpuc_error(py: Python<'_>, message: String, kind: &str, at: Option<NodeRef>, graph: Option<&str>) -> PyErr {
+    tpuc_error_at(py, message, kind, at, &[], graph)
+}
+
+/// As [`tpuc_error`], with every failed node of an import as `nodes=[{"kind", "node",
+/// "target", "source", "message"}, ...]`.
+fn tpuc_error_at(
+    py: Python<'_>,
+    message: String,
+    kind: &str,
+    at: Option<NodeRef>,
+    nodes: &[session::NodeFailure],
+    graph: Option<&str>,
+) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import("tpuc.errors")?.getattr("TpucError")?;
         let kw = PyDict::new(py);
@@ -39,6 +53,19 @@ fn tpuc_error(py: Python<'_>, message: String, kind: &str, at: Option<NodeRef>, 
             kw.set_item("node", &at.node)?;
             kw.set_item("target", &at.target)?;
             kw.set_item("source", &at.source)?;
+        }
+        if !nodes.is_empty() {
+            let list = pyo3::types::PyList::empty(py);
+            for n in nodes {
+                let d = PyDict::new(py);
+                d.set_item("kind", n.kind)?;
+                d.set_item("node", &n.at.node)?;
+                d.set_item("target", &n.at.target)?;
+                d.set_item("source", &n.at.source)?;
+                d.set_item("message", &n.message)?;
+                list.append(d)?;
+            }
+            kw.set_item("nodes", list)?;
         }
         kw.set_item("graph", graph)?;
         let value = cls.call((message.clone(),), Some(&kw))?;
@@ -50,10 +77,11 @@ fn tpuc_error(py: Python<'_>, message: String, kind: &str, at: Option<NodeRef>, 
 fn driver_error(py: Python<'_>, e: DriverError, graph: &str) -> PyErr {
     let kind = session::error_kind(&e);
     let at = session::error_node(&e);
+    let nodes = session::error_nodes(&e);
     let message = e.to_string();
     // Run-time errors of a program already start with its name.
     let message = if message.starts_with(&format!("{graph}:")) { format!("tpuc: {message}") } else { format!("tpuc: {graph}: {message}") };
-    tpuc_error(py, message, kind, at, Some(graph))
+    tpuc_error_at(py, message, kind, at, &nodes, Some(graph))
 }
 
 fn exec_error(py: Python<'_>, e: ExecError, graph: &str) -> PyErr {

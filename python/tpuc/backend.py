@@ -86,15 +86,19 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
 
     gid = next(_graph_ids)
     state = _Backend(opts, f"g{gid}")
+    # The CPU flash-attention op's core decomposition returns the attention weights where the
+    # logsumexp belongs (torch 2.15): [B, H, L, S] instead of [B, H, L], and with them the
+    # backward's q/k/v gradients are wrong. tpuc lowers the op itself, so it is kept whole.
+    decompositions = core_aten_decompositions()
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     aot = aot_autograd(
         fw_compiler=lambda g, ex: state.compile(g, ex, "forward"),
         bw_compiler=lambda g, ex: state.compile(g, ex, "backward"),
         inference_compiler=lambda g, ex: state.compile(g, ex, "inference"),
-        decompositions=core_aten_decompositions(),
+        decompositions=decompositions,
     )
-    # The CPU flash-attention path's core decomposition returns the attention weights where
-    # the logsumexp belongs, which makes the backward's q/k/v gradients wrong (torch 2.15);
-    # the math backend traces SDPA as primitive ops with correct gradients.
+    # The math backend traces F.scaled_dot_product_attention as primitive ops, so graphs reach
+    # the flash op only when a program calls it directly.
     start = time.perf_counter()
     with sdpa_kernel(SDPBackend.MATH):
         compiled = aot(gm, example_inputs)
@@ -170,12 +174,16 @@ class _Backend:
                     return compiled
                 return self._split(gm, name, static, buffers, unsupported)
             except TpucError as e:
-                # An op the registry knows but cannot lower with these arguments: run that node
-                # eagerly too (in strict mode, raise).
-                if e.kind in ("unsupported_op", "op", "lowering") and e.node in by_name and e.node not in unsupported:
+                # Ops the registry knows but cannot lower with these arguments: run those nodes
+                # eagerly too (in strict mode, raise). The importer names every such node of the
+                # graph in one error (`e.nodes`); a node it could not check because it reads the
+                # result of a failed one, or one that fails only in lowering, takes another round.
+                failed = {n["node"] for n in e.nodes if n["kind"] in ("unsupported_op", "op", "lowering")}
+                failed = {n for n in failed if n in by_name} - unsupported
+                if e.kind in ("unsupported_op", "op", "lowering") and failed:
                     if self.opts.strict:
                         raise
-                    unsupported.add(e.node)
+                    unsupported |= failed
                     continue
                 raise
         raise TpucError(f"tpuc: {name}: gave up splitting the graph", kind="internal", graph=name)

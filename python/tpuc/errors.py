@@ -9,16 +9,26 @@ import re
 class TpucError(RuntimeError):
     """A tpuc failure. `node`, `target` and `source` name the FX node, its op and the user's
     source line (`model.py:12 in forward`) when the error concerns one node; `kind` says what
-    failed (`unsupported_op`, `op`, `lowering`, `plugin`, `internal`, ...)."""
+    failed (`unsupported_op`, `op`, `lowering`, `plugin`, `internal`, ...).
+
+    `nodes` lists every node the error concerns, in graph order, as dicts with `kind`, `node`,
+    `target`, `source` and `message`: an import reports all the nodes it cannot import at once
+    (`node`, `target`, `source` and `kind` are those of the first). It holds just the one node
+    for an error about one node, and is empty otherwise."""
 
     def __init__(self, message: str, kind: str = "other", node: str | None = None,
-                 target: str | None = None, source: str | None = None, graph: str | None = None):
+                 target: str | None = None, source: str | None = None, graph: str | None = None,
+                 nodes: list[dict] | None = None):
         super().__init__(message)
         self.kind = kind
         self.node = node
         self.target = target
         self.source = source
         self.graph = graph
+        if nodes is None:
+            nodes = [] if node is None else [
+                {"kind": kind, "node": node, "target": target, "source": source, "message": message}]
+        self.nodes = nodes
 
 
 class TpucUnsupportedError(TpucError):

@@ -541,3 +541,119 @@ def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
     assert len(ours) == 1 and "aten.erfinv.default" in ours[0], ours
+
+
+class ThreeUnknown(nn.Module):
+    """Three ops without a tpuc lowering, apart from each other."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.erfinv(torch.tanh(self.fc1(x)) * 0.5)
+        h = torch.lgamma(self.fc2(h).abs() + 1)
+        return self.fc3(torch.digamma(h + 1))
+
+
+THREE_UNKNOWN = ("erfinv", "lgamma", "digamma")
+
+
+def _fake_three_supported(monkeypatch):
+    """Lists the three ops as supported, so that only tpuc's importer finds them."""
+    import tpuc.backend
+
+    fake = {f"torch.ops.aten.{n}.default" for n in THREE_UNKNOWN}
+    if fake & tpuc.supported_targets():
+        pytest.skip("one of erfinv, lgamma, digamma is supported now: pick other ops for this test")
+    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | fake)
+    torch.manual_seed(0)
+    return ThreeUnknown(), torch.randn(4, 16)
+
+
+def test_every_op_the_compiler_rejects_is_found_in_one_import(monkeypatch):
+    """The importer names every node it cannot import in one error, so a graph with three such
+    ops fails to compile once, not once per op, before it is split."""
+    import tpuc.graph
+
+    model, x = _fake_three_supported(monkeypatch)
+    failed = []
+
+    class Counting(tpuc.graph.CompiledGraph):
+        def __init__(self, gm, name, *args, **kwargs):
+            try:
+                super().__init__(gm, name, *args, **kwargs)
+            except tpuc.TpucError as e:
+                failed.append((name, [n["node"] for n in e.nodes]))
+                raise
+
+    monkeypatch.setattr(tpuc.graph, "CompiledGraph", Counting)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got = torch.compile(model, backend="tpuc")(x)
+            want = model(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len(failed) == 1 and failed[0][1] == list(THREE_UNKNOWN), failed
+    ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
+    assert len(ours) == 1 and all(f"aten.{n}.default" in ours[0] for n in THREE_UNKNOWN), ours
+
+
+def test_strict_error_lists_every_op_the_compiler_rejects(monkeypatch):
+    model, x = _fake_three_supported(monkeypatch)
+    with pytest.raises(Exception) as info:
+        with torch.no_grad():
+            torch.compile(model, backend="tpuc", options={"strict": True})(x)
+    err = info.value
+    while not isinstance(err, tpuc.TpucError):
+        inner = getattr(err, "inner_exception", None) or err.__cause__
+        if inner is None:
+            break
+        err = inner
+    assert isinstance(err, tpuc.TpucError), repr(info.value)
+    assert (err.kind, err.node) == ("unsupported_op", "erfinv")
+    assert [n["node"] for n in err.nodes] == list(THREE_UNKNOWN)
+    assert all(n["kind"] == "unsupported_op" and n["source"].startswith("test_backend.py:") for n in err.nodes), err.nodes
+    lines = str(err).splitlines()
+    assert len(lines) == 3 and "node `erfinv`" in lines[0], lines
+    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.lgamma.default` at node `lgamma`"), lines
+
+
+# ----------------------------------------------------------------- attention
+
+
+def test_flash_attention_logsumexp_has_its_eager_shape_and_values():
+    """The CPU flash-attention op called directly: its logsumexp is [B, H, L] (torch's core
+    decomposition of the op would put the [B, H, L, S] attention weights there)."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def f(q, k, v, m):
+        return flash(q, k, v) + flash(q, k, v, attn_mask=m, scale=0.3)
+
+    torch.manual_seed(0)
+    args = (torch.randn(4, 4, 3, 6), torch.randn(4, 4, 6, 6), torch.randn(4, 4, 6, 6), torch.randn(3, 6))
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(*args)
+    want = f(*args)
+    assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want] == [(4, 4, 3, 6), (4, 4, 3)] * 2
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_called_directly_trains_like_eager():
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def loss(q, k, v):
+        out, lse = flash(q, k, v, is_causal=True)
+        return out.pow(2).sum() + lse.sum()
+
+    torch.manual_seed(0)
+    base = (torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4))
+    grads = []
+    for fn in (torch.compile(loss, backend="tpuc", options={"strict": True}), loss):
+        args = [t.clone().requires_grad_() for t in base]
+        fn(*args).backward()
+        grads.append([a.grad for a in args])
+    for g, w in zip(*grads):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -570,8 +570,7 @@ fn nll_loss_backward(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 
 fn zeros_of_sizes(cx: &mut Ctx, g: ValueId) -> R<ValueId> {
-    let sizes = cx.syms("input_sizes")?;
-    let dims: Vec<Dim> = sizes.into_iter().map(Dim::from_expr).collect();
+    let dims = cx.size_dims("input_sizes")?;
     let dt = cx.dtype(g);
     cx.full(Scalar::Int(0), dt, &dims)
 }
@@ -580,7 +579,7 @@ fn select_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad_output")?;
     let z = zeros_of_sizes(cx, g)?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(z))?;
-    let n = static_of(&cx.dims(z)[dim], "select_backward dim")?;
+    let n = static_of(&cx.dim_size(z, dim)?, "select_backward dim")?;
     let i = cx.int("index")?;
     let i = if i < 0 { i + n } else { i };
     let gu = super::shape::unsqueeze_v(cx, g, dim as i64)?;

@@ -45,25 +45,15 @@ fn num_dtype(n: Num) -> DType {
     }
 }
 
-fn size_dims(cx: &Ctx, name: &str) -> R<Vec<Dim>> {
-    cx.syms(name)?
-        .into_iter()
-        .map(|e| match e.as_const() {
-            Some(c) if !(0..=MAX_SIZE).contains(&c) => err(format!("invalid size {c}")),
-            _ => Ok(Dim::from_expr(e)),
-        })
-        .collect()
-}
-
 fn full(cx: &mut Ctx) -> R<Vec<Val>> {
-    let dims = size_dims(cx, "size")?;
+    let dims = cx.size_dims("size")?;
     let v = cx.num("fill_value")?;
     let dt = cx.opt_dtype("dtype")?.unwrap_or(num_dtype(v));
     one(cx.full(v.scalar(), dt, &dims)?)
 }
 
 fn filled(cx: &mut Ctx, value: Num, default: DType) -> R<Vec<Val>> {
-    let dims = size_dims(cx, "size")?;
+    let dims = cx.size_dims("size")?;
     let dt = cx.opt_dtype("dtype")?.unwrap_or(default);
     one(cx.full(value.scalar(), dt, &dims)?)
 }
@@ -104,7 +94,7 @@ fn fill(cx: &mut Ctx) -> R<Vec<Val>> {
 fn new_filled(cx: &mut Ctx, value: Num) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dt = cx.opt_dtype("dtype")?.unwrap_or(cx.dtype(x));
-    let dims = size_dims(cx, "size")?;
+    let dims = cx.size_dims("size")?;
     one(cx.full(value.scalar(), dt, &dims)?)
 }
 fn new_zeros(cx: &mut Ctx) -> R<Vec<Val>> {

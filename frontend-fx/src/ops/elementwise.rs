@@ -1034,8 +1034,11 @@ fn log_sigmoid_forward(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `a * sigmoid(b)` of the two halves along `dim`.
 fn glu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
+    if cx.rank(x) == 0 {
+        return err("glu does not take a rank-0 tensor (it halves a dim)");
+    }
     let d = norm_dim(cx.int_or("dim", -1)?, cx.rank(x))?;
-    let n = static_of(&cx.dims(x)[d], "glu dim")?;
+    let n = static_of(&cx.dim_size(x, d)?, "glu dim")?;
     if n % 2 != 0 {
         return err(format!("glu needs an even dim, got {n}"));
     }

@@ -507,7 +507,7 @@ fn select_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let src = cx.t("src")?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
-    let n = static_of(&cx.dims(x)[dim], "select_scatter dim")?;
+    let n = static_of(&cx.dim_size(x, dim)?, "select_scatter dim")?;
     let i = cx.int("index")?;
     let i = if i < 0 { i + n } else { i };
     if i < 0 || i >= n {

@@ -370,6 +370,17 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
     }
 
+    /// A size argument (`SymInt[] size`) as dims: each static entry must be in `0..=MAX_SIZE`.
+    pub fn size_dims(&self, name: &str) -> R<Vec<Dim>> {
+        self.syms(name)?
+            .into_iter()
+            .map(|e| match e.as_const() {
+                Some(c) if !(0..=MAX_SIZE).contains(&c) => err(format!("invalid size {c}")),
+                _ => Ok(Dim::from_expr(e)),
+            })
+            .collect()
+    }
+
     pub fn int(&self, name: &str) -> R<i64> {
         self.opt_int(name)?.ok_or_else(|| OpError(format!("missing int argument `{name}`")))
     }
@@ -543,6 +554,12 @@ impl<'a, 'm> Ctx<'a, 'm> {
     }
     pub fn dims(&self, v: ValueId) -> Vec<Dim> {
         self.b.ty(v).dims.to_vec()
+    }
+    /// Size of dim `d` of `v`; an error when `v` has no such dim (a rank-0 tensor has none,
+    /// although [`norm_dim`] accepts dim 0 and -1 for it).
+    pub fn dim_size(&self, v: ValueId, d: usize) -> R<Dim> {
+        let t = self.b.ty(v);
+        t.dims.get(d).cloned().ok_or_else(|| OpError(format!("dim {d} out of range for {t}")))
     }
     pub fn static_dims(&self, v: ValueId, what: &str) -> R<Vec<i64>> {
         self.b.ty(v).static_dims().ok_or_else(|| OpError(format!("{what} needs static shapes, got {}", self.b.ty(v))))

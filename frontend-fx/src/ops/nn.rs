@@ -242,6 +242,9 @@ fn conv_nd(cx: &mut Ctx) -> R<Vec<Val>> {
         positive(&stride, "stride")?;
         positive(&dilation, "dilation")?;
         let k = cx.static_dims(w, "convolution weight")?;
+        if k.len() != n + 2 {
+            return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
+        }
         let padding = match mode.as_str() {
             "valid" => vec![(0, 0); n],
             "same" => {
@@ -1186,8 +1189,19 @@ fn sdpa(cx: &mut Ctx) -> R<Vec<Val>> {
     one(attention(cx, &a)?)
 }
 
-/// `logsumexp` of the scores over the key dim, [..., L].
+/// `logsumexp` of the scaled, masked scores over the key dim, [..., L]. Half-precision
+/// inputs are computed in f32 and the result is f32, as the CPU kernels accumulate.
 pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
+    let dt = stat_dtype(cx.dtype(a.q));
+    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, dt) };
+    let a = &SdpaArgs {
+        q: up(cx, a.q)?,
+        k: up(cx, a.k)?,
+        v: a.v,
+        mask: a.mask.map(|m| up(cx, m)).transpose()?,
+        causal: a.causal,
+        scale: a.scale,
+    };
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
     let m = cx.reduce(s, "max", &[r - 1], true)?;

@@ -309,6 +309,10 @@ fn movedim(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let src: Vec<usize> = src.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?;
     let dst: Vec<usize> = dst.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?;
+    if r == 0 {
+        // dims 0 and -1 of a rank-0 tensor: nothing to move
+        return one(x);
+    }
     let mut perm: Vec<Option<usize>> = vec![None; r];
     for (&s, &d) in src.iter().zip(&dst) {
         if perm[d].replace(s).is_some() {
@@ -404,6 +408,9 @@ fn flatten(cx: &mut Ctx) -> R<Vec<Val>> {
 fn unflatten(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = cx.dims(x);
+    if dims.is_empty() {
+        return err("unflatten of a rank-0 tensor");
+    }
     let d = norm_dim(cx.int("dim")?, dims.len())?;
     let sizes = cx.syms("sizes")?;
     let mut target: Vec<SymExpr> = dims[..d].iter().map(Dim::to_expr).collect();
@@ -1049,7 +1056,8 @@ fn pixel_unshuffle(cx: &mut Ctx) -> R<Vec<Val>> {
     perm.extend([b, b + 2, b + 4, b + 1, b + 3]);
     let v = cx.transpose(v, &perm)?;
     let mut out: Vec<Dim> = d[..k - 3].to_vec();
-    out.extend([c * r * r, h / r, w / r].map(Dim::Static));
+    let c2 = c.checked_mul(r * r).filter(|&v| v <= MAX_SIZE).ok_or("pixel_unshuffle: too many channels")?;
+    out.extend([c2, h / r, w / r].map(Dim::Static));
     one(cx.reshape(v, out)?)
 }
 
@@ -1112,13 +1120,21 @@ fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.reshape(g, size.iter().map(|&s| Dim::Static(s)).collect())?)
 }
 
-/// `unfold(dimension, size, step)`: windows along a dim become a new last dim.
+/// `unfold(dimension, size, step)`: windows along a dim become a new last dim. A rank-0
+/// tensor counts as one element along dim 0 and gives `[size]` (size 0 or 1), as in torch.
 fn unfold(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
     let d = norm_dim(cx.int("dimension")?, r)?;
     let size = cx.int("size")?;
     let step = cx.int("step")?;
+    if r == 0 {
+        if !(0..=1).contains(&size) || step <= 0 {
+            return err(format!("unfold of a rank-0 tensor needs size 0 or 1 and a positive step, got size {size}, step {step}"));
+        }
+        let x1 = cx.reshape(x, vec![Dim::Static(1)])?;
+        return one(slice_static(cx, x1, 0, 0, size, 1)?);
+    }
     let n = static_dim_size(cx, x, d, "unfold")?;
     if size < 0 || size > n || step <= 0 {
         return err("unfold: bad size or step");
@@ -1150,6 +1166,7 @@ fn repeat_interleave(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("repeat count {reps} out of range"));
     }
     let (x, dim) = match cx.opt_int("dim")? {
+        Some(_) if cx.rank(x) == 0 => return err("repeat_interleave along a dim of a rank-0 tensor"),
         Some(d) => (x, norm_dim(d, cx.rank(x))?),
         None => {
             let n = cx.ty(x).num_elements_expr();
