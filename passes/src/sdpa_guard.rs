@@ -18,7 +18,7 @@
 //! by `p` (the guard's ops are left for `dce`). Masks that depend on inputs, or that do mask
 //! a whole row, keep the guard. Changed when a guard was removed.
 
-use crate::eval::{eval_value, to_f64s};
+use crate::eval::eval_f64s;
 use crate::util::{all_blocks, def_is, def_op, splat_f64, unary};
 use crate::{Pass, PassError};
 use std::collections::HashMap;
@@ -128,9 +128,7 @@ fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, test: Test, proofs
 
 fn row_check(m: &Module, v: ValueId, d: Option<usize>, test: Test) -> bool {
     let kept = |x: f64| test.kept(x);
-    let Some(t) = eval_value(m, v, MASK_LIMIT) else { return false };
-    let Some(dims) = t.ty.static_dims() else { return false };
-    let vals = to_f64s(&t);
+    let Some((dims, vals)) = eval_f64s(m, v, MASK_LIMIT) else { return false };
     match d {
         // The mask does not vary along the row: every element must keep.
         None => vals.iter().all(|&x| kept(x)),

@@ -24,9 +24,11 @@
 //! precision). What could differ from XLA is not folded: transcendental functions, integer
 //! division by zero, float → integer conversions out of range, u64 and complex arithmetic.
 
+mod columns;
 mod reference;
 mod run;
 
+pub use columns::eval_f64s;
 pub use run::run_reference;
 
 use bytes::Bytes;

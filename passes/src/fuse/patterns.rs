@@ -4,7 +4,7 @@
 //! between form a closed group and moves them.
 
 use super::Match;
-use crate::eval::{eval_value, to_f64s};
+use crate::eval::eval_f64s;
 use crate::util::{binary, def_is, def_op, splat_f64, unary};
 use std::collections::HashMap;
 use tpuc_ir::{Attr, AttrEnum, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
@@ -325,13 +325,11 @@ fn walk_v(m: &Module, mut v: ValueId) -> ValueId {
 /// Whether a computable mask (additive: finite = keep; bool: true = keep) is exactly the
 /// causal one over its last two dims [L, S] (key j visible to query i iff j <= i + S - L).
 fn is_causal_mask(m: &Module, mask: ValueId, bool_mask: bool) -> bool {
-    let Some(t) = eval_value(m, mask, 1 << 22) else { return false };
-    let Some(dims) = t.ty.static_dims() else { return false };
+    let Some((dims, vals)) = eval_f64s(m, mask, 1 << 22) else { return false };
     if dims.len() < 2 {
         return false;
     }
     let (l, s) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-    let vals = to_f64s(&t);
     vals.iter().enumerate().all(|(i, &x)| {
         let (row, col) = ((i as i64 / s) % l, i as i64 % s);
         let keep = if bool_mask { x != 0.0 } else { x == 0.0 };
