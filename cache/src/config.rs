@@ -1,0 +1,196 @@
+//! The cache's configuration: the tiers' settings, their defaults and the `TPUC_CACHE_*`
+//! environment variables that set them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::LOG;
+
+/// Tier-2 settings.
+#[derive(Clone, Debug)]
+pub struct Tier2Config {
+    /// One path component: letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// The directory holding names; `/dev/shm/tpuc` by default.
+    pub root: PathBuf,
+    /// Budget in bytes; least recently used entries are evicted on publish.
+    pub max_bytes: Option<u64>,
+    /// How long to wait for another process compiling the same key before
+    /// compiling here too.
+    pub lock_timeout: Duration,
+    /// Temporary files older than this are removed even if their writer's
+    /// pid looks alive (pid reuse).
+    pub orphan_age: Duration,
+}
+
+impl Tier2Config {
+    pub fn new(name: impl Into<String>) -> Self {
+        Tier2Config {
+            name: name.into(),
+            root: PathBuf::from("/dev/shm/tpuc"),
+            max_bytes: Some(4 << 30),
+            lock_timeout: Duration::from_secs(30 * 60),
+            orphan_age: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+/// Tier-3 settings.
+#[derive(Clone, Debug)]
+pub struct Tier3Config {
+    /// `gs://bucket/prefix`, `file:///path` or a plain path.
+    pub root: String,
+    /// Per-request timeout (reads block a compile at most about this long).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// After a network failure, skip the remote for this long.
+    pub retry_after: Duration,
+    /// Budget applied by [`Cache::evict`].
+    pub max_bytes: Option<u64>,
+    /// Allow `http://` endpoints (emulators).
+    pub allow_http: bool,
+    /// A GCS service-account JSON (may hold `gcs_base_url` and
+    /// `"disable_oauth": true` for emulators). Otherwise `GOOGLE_*`
+    /// variables and application default credentials apply.
+    pub gcs_service_account_key: Option<String>,
+}
+
+impl Tier3Config {
+    pub fn new(root: impl Into<String>) -> Self {
+        Tier3Config {
+            root: root.into(),
+            timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(1),
+            retry_after: Duration::from_secs(60),
+            max_bytes: None,
+            allow_http: false,
+            gcs_service_account_key: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// Tier-1 budget in bytes.
+    pub memory_max_bytes: u64,
+    pub tier2: Option<Tier2Config>,
+    pub tier3: Option<Tier3Config>,
+    /// How long dropping the cache waits for background uploads.
+    pub flush_timeout: Duration,
+    /// Stand-in for `hostname:pid` in manifests (tests); `None` = real.
+    pub creator: Option<String>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            memory_max_bytes: 1 << 30,
+            tier2: None,
+            tier3: None,
+            flush_timeout: Duration::from_secs(30),
+            creator: None,
+        }
+    }
+}
+
+/// Parses `123`, `64K`, `512M`, `4G` (powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()?.to_ascii_uppercase() {
+        'K' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' => (&s[..s.len() - 1], 1 << 20),
+        'G' => (&s[..s.len() - 1], 1 << 30),
+        'T' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+impl CacheConfig {
+    /// The configuration the `TPUC_CACHE_*` variables describe. Bad values
+    /// are warned about and ignored.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env) with another variable source.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let size = |k: &str| {
+            get(k).and_then(|v| {
+                let r = parse_size(&v);
+                if r.is_none() {
+                    tracing::warn!(target: LOG, "ignoring {k}={v:?}: not a size");
+                }
+                r
+            })
+        };
+        let millis = |k: &str| {
+            get(k).and_then(|v| match v.trim().parse::<u64>() {
+                Ok(ms) => Some(Duration::from_millis(ms)),
+                Err(_) => {
+                    tracing::warn!(target: LOG, "ignoring {k}={v:?}: not milliseconds");
+                    None
+                }
+            })
+        };
+        let mut c = CacheConfig::default();
+        if let Some(m) = size("TPUC_CACHE_MEMORY_MAX_BYTES") {
+            c.memory_max_bytes = m;
+        }
+        if let Some(t) = millis("TPUC_CACHE_FLUSH_TIMEOUT_MS") {
+            c.flush_timeout = t;
+        }
+        if let Some(name) = get("TPUC_CACHE_TIER2") {
+            let mut t = Tier2Config::new(name);
+            if let Some(r) = get("TPUC_CACHE_TIER2_ROOT") {
+                t.root = PathBuf::from(r);
+            }
+            if let Some(m) = size("TPUC_CACHE_TIER2_MAX_BYTES") {
+                t.max_bytes = Some(m);
+            }
+            c.tier2 = Some(t);
+        }
+        if let Some(root) = get("TPUC_CACHE_TIER3_ROOT") {
+            let mut t = Tier3Config::new(root);
+            if let Some(d) = millis("TPUC_CACHE_TIER3_TIMEOUT_MS") {
+                t.timeout = d;
+                t.connect_timeout = t.connect_timeout.min(d);
+            }
+            t.max_bytes = size("TPUC_CACHE_TIER3_MAX_BYTES");
+            t.allow_http =
+                get("TPUC_CACHE_TIER3_ALLOW_HTTP").is_some_and(|v| v == "1" || v == "true");
+            c.tier3 = Some(t);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Some(123));
+        assert_eq!(parse_size("4G"), Some(4 << 30));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn env_config() {
+        let c = CacheConfig::from_lookup(|k| match k {
+            "TPUC_CACHE_TIER2" => Some("jobA".into()),
+            "TPUC_CACHE_TIER2_MAX_BYTES" => Some("1M".into()),
+            "TPUC_CACHE_TIER3_ROOT" => Some("gs://b/p".into()),
+            "TPUC_CACHE_TIER3_TIMEOUT_MS" => Some("250".into()),
+            _ => None,
+        });
+        let t2 = c.tier2.unwrap();
+        assert_eq!((t2.name.as_str(), t2.max_bytes), ("jobA", Some(1 << 20)));
+        let t3 = c.tier3.unwrap();
+        assert_eq!(t3.timeout, Duration::from_millis(250));
+        assert!(CacheConfig::from_lookup(|_| None).tier2.is_none());
+    }
+}

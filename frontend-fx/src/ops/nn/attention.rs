@@ -1,0 +1,186 @@
+//! Scaled dot-product attention: `scaled_dot_product_attention` and the CPU flash and
+//! efficient forms, whose second output is the logsumexp of the scores. The argument handling
+//! and the scores are shared with the flash-attention backward.
+
+use super::*;
+use Opcode as O;
+
+/// Repeats the head dim (-3) of `k` `rep` times, each head consecutively (repeat_interleave).
+fn repeat_heads(cx: &mut Ctx, k: ValueId, rep: i64) -> R<ValueId> {
+    let d = cx.dims(k);
+    let r = d.len();
+    let mut shape: Vec<Dim> = d[..r - 2].to_vec();
+    shape.insert(r - 2, Dim::Static(rep));
+    shape.extend_from_slice(&d[r - 2..]);
+    let bdims: Vec<i64> = (0..r as i64).map(|i| if i < r as i64 - 2 { i } else { i + 1 }).collect();
+    let b = cx.b.broadcast_in_dim(k, &bdims, shape)?;
+    let mut out = d.clone();
+    out[r - 3] = d[r - 3].mul(&Dim::Static(rep));
+    cx.reshape(b, out)
+}
+
+pub struct SdpaArgs {
+    pub q: ValueId,
+    pub k: ValueId,
+    pub v: ValueId,
+    pub mask: Option<ValueId>,
+    pub causal: bool,
+    pub scale: f64,
+}
+
+/// Reads and normalizes SDPA arguments (default scale, GQA head repetition, mask dtype).
+pub fn sdpa_args(cx: &mut Ctx, mask_name: &str, gqa_allowed: bool) -> R<SdpaArgs> {
+    let q = cx.t("query")?;
+    let mut k = cx.t("key")?;
+    let mut v = cx.t("value")?;
+    let mask = cx.opt_t(mask_name)?;
+    let causal = cx.bool_or("is_causal", false)?;
+    let dropout = cx.float_or("dropout_p", 0.0)?;
+    if dropout != 0.0 {
+        return err("attention dropout needs random numbers; only dropout_p = 0 is supported");
+    }
+    if mask.is_some() && causal {
+        return err("attention with both attn_mask and is_causal is not supported by torch");
+    }
+    let qd = cx.dims(q);
+    let r = qd.len();
+    if r < 2 || cx.rank(k) != r || cx.rank(v) != r {
+        return err(format!("attention needs q, k, v of one rank >= 2: {}, {}, {}", cx.ty(q), cx.ty(k), cx.ty(v)));
+    }
+    let e = static_of(&qd[r - 1], "head dim")?;
+    let scale = match cx.opt_float("scale")? {
+        Some(s) => s,
+        None => 1.0 / (e as f64).sqrt(),
+    };
+    if r >= 3 {
+        let hq = cx.dims(q)[r - 3].clone();
+        let hk = cx.dims(k)[r - 3].clone();
+        if hq != hk {
+            let gqa = cx.bool_or("enable_gqa", false)?;
+            let (Some(a), Some(b)) = (hq.as_static(), hk.as_static()) else {
+                return err("attention with symbolic head counts that differ");
+            };
+            if !(gqa || gqa_allowed) || b == 0 || a % b != 0 {
+                return err(format!("query has {a} heads, key {b}: needs enable_gqa and a multiple"));
+            }
+            k = repeat_heads(cx, k, a / b)?;
+            v = repeat_heads(cx, v, a / b)?;
+        }
+    }
+    let dt = cx.dtype(q);
+    let k = cx.convert(k, dt)?;
+    let v = cx.convert(v, dt)?;
+    let mask = match mask {
+        Some(m) if cx.dtype(m) != DType::Bool => Some(cx.convert(m, dt)?),
+        m => m,
+    };
+    Ok(SdpaArgs { q, k, v, mask, causal, scale })
+}
+
+pub fn attention(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
+    let mut ops = vec![a.q, a.k, a.v];
+    ops.extend(a.mask);
+    Ok(cx.b.build1(
+        O::Attention,
+        &ops,
+        Attrs::new().with("scale", Attr::Float(a.scale)).with("is_causal", Attr::Bool(a.causal)),
+        None,
+    )?)
+}
+
+/// Scaled, masked scores `q k^T * scale (+ mask)` [..., L, S]; masked entries are -inf.
+pub fn attention_scores(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
+    let r = cx.rank(a.q);
+    let batch: Vec<i64> = (0..r as i64 - 2).collect();
+    let s = cx.b.dot_general(a.q, a.k, &batch, &batch, &[r as i64 - 1], &[r as i64 - 1])?;
+    let mut s = cx.bin_c(O::Mul, s, a.scale)?;
+    let shape = cx.dims(s);
+    if a.causal {
+        let (l, sl) = (shape[r - 2].clone(), shape[r - 1].clone());
+        let rows = cx.iota(DType::I64, &[l.clone(), sl.clone()], 0)?;
+        let cols = cx.iota(DType::I64, &[l, sl], 1)?;
+        let keep = cx.cmp("le", cols, rows)?;
+        let keep = cx.broadcast_to(keep, &shape)?;
+        let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), s)?;
+        s = cx.select(keep, s, ninf)?;
+    }
+    if let Some(m) = a.mask {
+        let m = cx.broadcast_to(m, &shape)?;
+        if cx.dtype(m) == DType::Bool {
+            let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), s)?;
+            s = cx.select(m, s, ninf)?;
+        } else {
+            s = cx.bin(O::Add, s, m)?;
+        }
+    }
+    Ok(s)
+}
+
+pub(super) fn sdpa(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = sdpa_args(cx, "attn_mask", false)?;
+    one(attention(cx, &a)?)
+}
+
+/// `logsumexp` of the scaled, masked scores over the key dim, [..., L]. Half-precision
+/// inputs are computed in f32 and the result is f32, as the CPU kernels accumulate.
+pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
+    let dt = stat_dtype(cx.dtype(a.q));
+    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, dt) };
+    let a = &SdpaArgs {
+        q: up(cx, a.q)?,
+        k: up(cx, a.k)?,
+        v: a.v,
+        mask: a.mask.map(|m| up(cx, m)).transpose()?,
+        causal: a.causal,
+        scale: a.scale,
+    };
+    let s = attention_scores(cx, a)?;
+    let r = cx.rank(s);
+    let m = cx.reduce(s, "max", &[r - 1], true)?;
+    let am = cx.un(O::Abs, m)?;
+    let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
+    let is_inf = cx.cmp("eq", am, inf)?;
+    let z = cx.full_like(Scalar::Float(0.0), m)?;
+    let m = cx.select(is_inf, z, m)?;
+    let shape = cx.dims(s);
+    let mb = cx.broadcast_to(m, &shape)?;
+    let d = cx.bin(O::Sub, s, mb)?;
+    let e = cx.un(O::Exp, d)?;
+    let sum = cx.reduce(e, "sum", &[r - 1], false)?;
+    let l = cx.un(O::Log, sum)?;
+    let sh = cx.dims(l);
+    let m2 = cx.reshape(m, sh)?;
+    cx.bin(O::Add, l, m2)
+}
+
+pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = sdpa_args(cx, "attn_mask", true)?;
+    let out = attention(cx, &a)?;
+    let lse = if cx.used(1) {
+        let l = attention_lse(cx, &a)?;
+        let l = match cx.out_type(1) {
+            Some(t) => cx.convert(l, t.dtype)?,
+            None => l,
+        };
+        Val::Tensor(l)
+    } else {
+        Val::Absent
+    };
+    Ok(vec![Val::Tensor(out), lse])
+}
+
+pub(super) fn sdpa_efficient(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = sdpa_args(cx, "attn_bias", true)?;
+    let out = attention(cx, &a)?;
+    let mut vals = vec![Val::Tensor(out)];
+    for i in 1..cx.outs.len() {
+        if !cx.used(i) {
+            vals.push(Val::Absent);
+        } else if i == 1 {
+            vals.push(Val::Tensor(attention_lse(cx, &a)?));
+        } else {
+            return err("the random-number outputs of efficient attention are not supported");
+        }
+    }
+    Ok(vals)
+}

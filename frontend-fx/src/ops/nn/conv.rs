@@ -1,0 +1,204 @@
+//! Convolution: the general `convolution` op, `conv1d/2d/3d` (including string padding
+//! `'same'` and `'valid'`) and transposed convolution, computed as the IR's `convolution`
+//! with a flipped kernel for the transposed form (the kernel flip is shared with the
+//! convolution backward).
+
+use super::*;
+use Opcode as O;
+
+/// Expands a length-1 list to `n` entries; checks the length otherwise.
+pub fn expand_list(v: &[i64], n: usize, what: &str) -> R<Vec<i64>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; n]),
+        k if k == n => Ok(v.to_vec()),
+        _ => err(format!("{what} {v:?} does not fit {n} spatial dims")),
+    }
+}
+
+fn positive(v: &[i64], what: &str) -> R<()> {
+    if v.iter().any(|&x| !(1..=MAX_WINDOW).contains(&x)) {
+        return err(format!("{what} {v:?} must be positive"));
+    }
+    Ok(())
+}
+
+fn non_negative(v: &[i64], what: &str) -> R<()> {
+    if v.iter().any(|&x| !(0..=MAX_WINDOW).contains(&x)) {
+        return err(format!("{what} {v:?} must be non-negative"));
+    }
+    Ok(())
+}
+
+/// Convolution parameters, validated.
+pub struct ConvParams {
+    pub stride: Vec<i64>,
+    /// (low, high) per spatial dim.
+    pub padding: Vec<(i64, i64)>,
+    pub dilation: Vec<i64>,
+    pub transposed: bool,
+    pub output_padding: Vec<i64>,
+    pub groups: i64,
+}
+
+fn conv_attrs(stride: &[i64], padding: &[(i64, i64)], lhs_dil: &[i64], rhs_dil: &[i64], groups: i64, batch_groups: i64) -> Attrs {
+    Attrs::new()
+        .with("window_strides", Attr::Ints(stride.to_vec()))
+        .with("padding", Attr::Ints(padding.iter().flat_map(|&(l, h)| [l, h]).collect()))
+        .with("lhs_dilation", Attr::Ints(lhs_dil.to_vec()))
+        .with("rhs_dilation", Attr::Ints(rhs_dil.to_vec()))
+        .with("feature_group_count", Attr::Int(groups))
+        .with("batch_group_count", Attr::Int(batch_groups))
+}
+
+pub fn build_conv(cx: &mut Ctx, x: ValueId, w: ValueId, attrs: Attrs) -> R<ValueId> {
+    Ok(cx.b.build1(O::Convolution, &[x, w], attrs, None)?)
+}
+
+fn reverse(cx: &mut Ctx, x: ValueId, dims: Vec<i64>) -> R<ValueId> {
+    Ok(cx.b.build1(O::Reverse, &[x], Attrs::new().with("dimensions", Attr::Ints(dims)), None)?)
+}
+
+/// `[G*Ci, Co, k...]` (transposed-conv weight, Ci = in/G) to `[G*Co, Ci, k...]`, spatially
+/// flipped: the forward-conv kernel computing the transposed convolution.
+pub fn flip_kernel(cx: &mut Ctx, w: ValueId, groups: i64) -> R<ValueId> {
+    let d = cx.static_dims(w, "convolution weight")?;
+    let (a, b) = (d[0], d[1]);
+    if groups <= 0 || a % groups != 0 {
+        return err(format!("weight dim {a} not divisible by groups {groups}"));
+    }
+    let mut s = vec![groups, a / groups, b];
+    s.extend_from_slice(&d[2..]);
+    let v = cx.reshape(w, s.iter().map(|&x| Dim::Static(x)).collect())?;
+    let mut perm = vec![0i64, 2, 1];
+    perm.extend((3..s.len() as i64).collect::<Vec<_>>());
+    let v = cx.transpose(v, &perm)?;
+    let mut out = vec![groups * b, a / groups];
+    out.extend_from_slice(&d[2..]);
+    let v = cx.reshape(v, out.iter().map(|&x| Dim::Static(x)).collect())?;
+    let spatial: Vec<i64> = (2..d.len() as i64).collect();
+    reverse(cx, v, spatial)
+}
+
+pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &ConvParams) -> R<ValueId> {
+    let wr = cx.rank(w);
+    if wr < 3 {
+        return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
+    }
+    let unbatched = cx.rank(x) == wr - 1;
+    let x = if unbatched { crate::ops::shape::unsqueeze_v(cx, x, 0)? } else { x };
+    if cx.rank(x) != wr {
+        return err(format!("convolution input {} does not match weight {}", cx.ty(x), cx.ty(w)));
+    }
+    let dt = cx.result_type(&[Operand::T(x), Operand::T(w)])?;
+    let x = cx.convert(x, dt)?;
+    let w = cx.convert(w, dt)?;
+    let n = wr - 2;
+    let ones = vec![1i64; n];
+    let y = if !p.transposed {
+        let attrs = conv_attrs(&p.stride, &p.padding, &ones, &p.dilation, p.groups, 1);
+        build_conv(cx, x, w, attrs)?
+    } else {
+        let k = cx.static_dims(w, "convolution weight")?;
+        let kernel = flip_kernel(cx, w, p.groups)?;
+        let mut pads = Vec::new();
+        for i in 0..n {
+            let ext = p.dilation[i] * (k[2 + i] - 1);
+            let lo = ext - p.padding[i].0;
+            let hi = ext - p.padding[i].0 + p.output_padding[i];
+            pads.push((lo, hi));
+        }
+        let attrs = conv_attrs(&ones, &pads, &p.stride, &p.dilation, p.groups, 1);
+        build_conv(cx, x, kernel, attrs)?
+    };
+    let y = match bias {
+        None => y,
+        Some(b) => {
+            let shape = cx.dims(y);
+            let b = cx.convert(b, dt)?;
+            let b = cx.b.broadcast_in_dim(b, &[1], shape)?;
+            cx.bin(O::Add, y, b)?
+        }
+    };
+    if unbatched {
+        return crate::ops::shape::squeeze_v(cx, y, Some(&[0]));
+    }
+    Ok(y)
+}
+
+fn conv_params(cx: &Ctx, n: usize, transposed: bool) -> R<ConvParams> {
+    let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
+    let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
+    let output_padding = expand_list(&cx.ints_or("output_padding", &[0])?, n, "output_padding")?;
+    let groups = cx.int_or("groups", 1)?;
+    positive(&stride, "stride")?;
+    positive(&dilation, "dilation")?;
+    non_negative(&output_padding, "output_padding")?;
+    if !(1..=MAX_SIZE).contains(&groups) {
+        return err(format!("groups {groups} must be positive"));
+    }
+    let padding = match cx.opt("padding")? {
+        Some(Arg::Str(mode)) => return err(format!("internal: string padding `{mode}` here")),
+        _ => {
+            let p = expand_list(&cx.ints_or("padding", &[0])?, n, "padding")?;
+            non_negative(&p, "padding")?;
+            p.into_iter().map(|v| (v, v)).collect()
+        }
+    };
+    Ok(ConvParams { stride, padding, dilation, transposed, output_padding, groups })
+}
+
+pub(super) fn convolution(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let w = cx.t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let n = cx.rank(w).saturating_sub(2).max(1);
+    let transposed = cx.bool_or("transposed", false)?;
+    let p = conv_params(cx, n, transposed)?;
+    one(conv_v(cx, x, w, b, &p)?)
+}
+
+pub(super) fn conv_nd(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let w = cx.t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let n = cx.rank(w).saturating_sub(2).max(1);
+    if let Some(Arg::Str(mode)) = cx.opt("padding")? {
+        let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
+        let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
+        let groups = cx.int_or("groups", 1)?;
+        positive(&stride, "stride")?;
+        positive(&dilation, "dilation")?;
+        let k = cx.static_dims(w, "convolution weight")?;
+        if k.len() != n + 2 {
+            return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
+        }
+        let padding = match mode.as_str() {
+            "valid" => vec![(0, 0); n],
+            "same" => {
+                if stride.iter().any(|&s| s != 1) {
+                    return err("padding='same' needs stride 1");
+                }
+                (0..n)
+                    .map(|i| {
+                        let total = dilation[i] * (k[2 + i] - 1);
+                        (total / 2, total - total / 2)
+                    })
+                    .collect()
+            }
+            other => return err(format!("unknown padding mode `{other}`")),
+        };
+        let p = ConvParams { stride, padding, dilation, transposed: false, output_padding: vec![0; n], groups };
+        return one(conv_v(cx, x, w, b, &p)?);
+    }
+    let p = conv_params(cx, n, false)?;
+    one(conv_v(cx, x, w, b, &p)?)
+}
+
+pub(super) fn conv_transpose(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let w = cx.t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let n = cx.rank(w).saturating_sub(2).max(1);
+    let p = conv_params(cx, n, true)?;
+    one(conv_v(cx, x, w, b, &p)?)
+}

@@ -1,0 +1,95 @@
+//! Embedding lookup, dropout (only the identity: training-mode dropout needs random numbers)
+//! and the NLL loss forward.
+
+use crate::ops::shape::take_along;
+use super::*;
+use Opcode as O;
+
+pub(super) fn embedding(cx: &mut Ctx) -> R<Vec<Val>> {
+    let w = cx.t("weight")?;
+    let i = cx.t("indices")?;
+    if cx.rank(w) != 2 {
+        return err(format!("embedding weight must be 2-D, got {}", cx.ty(w)));
+    }
+    if !cx.dtype(i).is_int() {
+        return err(format!("embedding indices must be integers, got {}", cx.ty(i)));
+    }
+    one(take_along(cx, w, 0, i)?)
+}
+
+pub(super) fn dropout(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let p = cx.float_or("p", 0.5)?;
+    let train = cx.bool_or("train", false)?;
+    if train && p != 0.0 {
+        return err("dropout in training mode needs random numbers; not supported");
+    }
+    one(x)
+}
+
+pub(super) fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let p = cx.float_or("p", 0.5)?;
+    let train = cx.bool_or("train", true)?;
+    if train && p != 0.0 {
+        return err("dropout in training mode needs random numbers; not supported");
+    }
+    let mask = if cx.used(1) { Val::Tensor(cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(x))?) } else { Val::Absent };
+    Ok(vec![Val::Tensor(x), mask])
+}
+
+/// NLL loss over the class dim (1, or 0 for an unbatched input): (loss, total_weight).
+pub(super) fn nll_loss_forward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let target = cx.t("target")?;
+    let weight = cx.opt_t("weight")?;
+    let reduction = cx.int_or("reduction", 1)?;
+    let ignore = cx.int_or("ignore_index", -100)?;
+    let dt = cx.dtype(x);
+    let r = cx.rank(x);
+    if r == 0 || cx.rank(target) + 1 != r {
+        return err(format!("nll_loss of {} with target {}", cx.ty(x), cx.ty(target)));
+    }
+    let cdim = if r == 1 { 0 } else { 1 };
+    let (w, safe) = crate::ops::backward::nll_weights(cx, target, weight, ignore, dt)?;
+    let idx = crate::ops::shape::unsqueeze_v(cx, safe, cdim as i64)?;
+    // picked = x.gather(cdim, target.unsqueeze(cdim)).squeeze(cdim)
+    let coords = {
+        let shape = cx.dims(idx);
+        let mut col = shape.clone();
+        col.push(Dim::Static(1));
+        let mut parts = Vec::new();
+        for j in 0..r {
+            let v = if j == cdim { idx } else { cx.iota(DType::I64, &shape, j)? };
+            parts.push(cx.reshape(v, col.clone())?);
+        }
+        cx.b.concatenate(&parts, shape.len() as i64)?
+    };
+    let all: Vec<i64> = (0..r as i64).collect();
+    let attrs = Attrs::new()
+        .with("offset_dims", Attr::Ints(vec![]))
+        .with("collapsed_slice_dims", Attr::Ints(all.clone()))
+        .with("operand_batching_dims", Attr::Ints(vec![]))
+        .with("start_indices_batching_dims", Attr::Ints(vec![]))
+        .with("start_index_map", Attr::Ints(all))
+        .with("index_vector_dim", Attr::Int(r as i64))
+        .with("slice_sizes", Attr::Ints(vec![1; r]));
+    let picked = cx.b.build1(O::Gather, &[x, coords], attrs, None)?;
+    let picked = cx.reshape(picked, cx.dims(w))?;
+    let l = cx.bin(O::Mul, picked, w)?;
+    let l = cx.un(O::Neg, l)?;
+    let all_dims: Vec<usize> = (0..cx.rank(w)).collect();
+    let tw = cx.reduce(w, "sum", &all_dims, false)?;
+    let out = match reduction {
+        0 => l,
+        1 => {
+            let s = cx.reduce(l, "sum", &all_dims, false)?;
+            cx.bin(O::Div, s, tw)?
+        }
+        2 => cx.reduce(l, "sum", &all_dims, false)?,
+        other => return err(format!("unknown reduction {other}")),
+    };
+    let tw = if reduction == 0 { cx.scalar(Scalar::Int(0), dt)? } else { tw };
+    let tw = if cx.used(1) { Val::Tensor(tw) } else { Val::Absent };
+    Ok(vec![Val::Tensor(out), tw])
+}

@@ -1,0 +1,401 @@
+//! Normalization: batch, layer, group, instance and RMS norm.
+//!
+//! Batch norm follows the CPU kernels: `invstd = 1 / sqrt(var + eps)`, then
+//! `y = x * (invstd * w) + (b - mean * invstd * w)`; training statistics are two-pass (mean,
+//! then the biased variance) and running statistics use the unbiased variance.
+
+use super::*;
+use Opcode as O;
+
+/// Computation dtype for normalization statistics (f32 for half types).
+pub(super) fn stat_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d if d.is_float() => d,
+        _ => dtypes::DEFAULT_FLOAT,
+    }
+}
+
+/// `v` (shape [C]) broadcast along dim 1 of `shape`.
+fn per_channel(cx: &mut Ctx, v: ValueId, shape: &[Dim], dtype: DType) -> R<ValueId> {
+    let v = cx.convert(v, dtype)?;
+    if cx.rank(v) != 1 {
+        return err(format!("per-channel parameter must be 1-D, got {}", cx.ty(v)));
+    }
+    Ok(cx.b.broadcast_in_dim(v, &[1], shape.to_vec())?)
+}
+
+/// `1 / sqrt(v + eps)`
+fn inv_std(cx: &mut Ctx, var: ValueId, eps: f64) -> R<ValueId> {
+    let e = cx.bin_c(O::Add, var, eps)?;
+    let s = cx.un(O::Sqrt, e)?;
+    let o = cx.full_like(Scalar::Float(1.0), s)?;
+    cx.bin(O::Div, o, s)
+}
+
+/// `x * (invstd * w) + (b - mean * invstd * w)` with per-channel [C] statistics.
+fn bn_apply(cx: &mut Ctx, x: ValueId, mean: ValueId, invstd: ValueId, w: Option<ValueId>, b: Option<ValueId>, cd: DType) -> R<ValueId> {
+    let mut alpha = invstd;
+    if let Some(w) = w {
+        let w = cx.convert(w, cd)?;
+        alpha = cx.bin(O::Mul, alpha, w)?;
+    }
+    let ma = cx.bin(O::Mul, mean, alpha)?;
+    let beta = match b {
+        Some(b) => {
+            let b = cx.convert(b, cd)?;
+            cx.bin(O::Sub, b, ma)?
+        }
+        None => cx.un(O::Neg, ma)?,
+    };
+    let xd = cx.dtype(x);
+    let shape = cx.dims(x);
+    let xc = cx.convert(x, cd)?;
+    let ab = per_channel(cx, alpha, &shape, cd)?;
+    let bb = per_channel(cx, beta, &shape, cd)?;
+    let y = cx.bin(O::Mul, xc, ab)?;
+    let y = cx.bin(O::Add, y, bb)?;
+    cx.convert(y, xd)
+}
+
+/// Batch statistics over all dims but 1: (mean [C], biased var [C]).
+fn batch_stats(cx: &mut Ctx, x: ValueId, cd: DType) -> R<(ValueId, ValueId, ValueId)> {
+    let r = cx.rank(x);
+    if r < 2 {
+        return err(format!("batch norm needs rank >= 2, got {}", cx.ty(x)));
+    }
+    let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
+    let xc = cx.convert(x, cd)?;
+    let n = cx.count(xc, &dims, cd)?;
+    let s = cx.reduce(xc, "sum", &dims, false)?;
+    let c = cx.dims(s);
+    let nb = cx.broadcast_to(n, &c)?;
+    let mean = cx.bin(O::Div, s, nb)?;
+    let shape = cx.dims(xc);
+    let mb = cx.b.broadcast_in_dim(mean, &[1], shape)?;
+    let d = cx.bin(O::Sub, xc, mb)?;
+    let sq = cx.bin(O::Mul, d, d)?;
+    let ss = cx.reduce(sq, "sum", &dims, false)?;
+    let var = cx.bin(O::Div, ss, nb)?;
+    Ok((mean, var, n))
+}
+
+struct BnOut {
+    out: ValueId,
+    save_mean: Option<ValueId>,
+    save_invstd: Option<ValueId>,
+    new_rm: Option<ValueId>,
+    new_rv: Option<ValueId>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bn_core(
+    cx: &mut Ctx,
+    x: ValueId,
+    w: Option<ValueId>,
+    b: Option<ValueId>,
+    rm: Option<ValueId>,
+    rv: Option<ValueId>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> R<BnOut> {
+    let cd = stat_dtype(cx.dtype(x));
+    if !training {
+        let (Some(rm), Some(rv)) = (rm, rv) else {
+            return err("batch norm in eval mode needs running_mean and running_var");
+        };
+        let m = cx.convert(rm, cd)?;
+        let v = cx.convert(rv, cd)?;
+        let is = inv_std(cx, v, eps)?;
+        let out = bn_apply(cx, x, m, is, w, b, cd)?;
+        return Ok(BnOut { out, save_mean: None, save_invstd: None, new_rm: None, new_rv: None });
+    }
+    let (mean, var, n) = batch_stats(cx, x, cd)?;
+    let is = inv_std(cx, var, eps)?;
+    let out = bn_apply(cx, x, mean, is, w, b, cd)?;
+    let mut new_rm = None;
+    let mut new_rv = None;
+    if let Some(rm) = rm {
+        let rd = cx.dtype(rm);
+        let r = cx.convert(rm, cd)?;
+        let a = cx.bin_c(O::Mul, mean, momentum)?;
+        let c = cx.bin_c(O::Mul, r, 1.0 - momentum)?;
+        let s = cx.bin(O::Add, a, c)?;
+        new_rm = Some(cx.convert(s, rd)?);
+    }
+    if let Some(rv) = rv {
+        let rd = cx.dtype(rv);
+        // unbiased = var * n / (n - 1)
+        let one_ = cx.scalar(Scalar::Float(1.0), cd)?;
+        let nm1 = cx.bin(O::Sub, n, one_)?;
+        let sh = cx.dims(var);
+        let nb = cx.broadcast_to(n, &sh)?;
+        let nm1b = cx.broadcast_to(nm1, &sh)?;
+        let vs = cx.bin(O::Mul, var, nb)?;
+        let unb = cx.bin(O::Div, vs, nm1b)?;
+        let r = cx.convert(rv, cd)?;
+        let a = cx.bin_c(O::Mul, unb, momentum)?;
+        let c = cx.bin_c(O::Mul, r, 1.0 - momentum)?;
+        let s = cx.bin(O::Add, a, c)?;
+        new_rv = Some(cx.convert(s, rd)?);
+    }
+    Ok(BnOut { out, save_mean: Some(mean), save_invstd: Some(is), new_rm, new_rv })
+}
+
+/// An output slot: the value (converted to torch's recorded dtype), an empty tensor of the
+/// recorded type when torch returns one, or Absent when unread.
+fn out_or_empty(cx: &mut Ctx, i: usize, v: Option<ValueId>) -> R<Val> {
+    if !cx.used(i) {
+        return Ok(Val::Absent);
+    }
+    match v {
+        Some(v) => {
+            let v = match cx.out_type(i) {
+                Some(t) if t.dtype != cx.dtype(v) => cx.convert(v, t.dtype)?,
+                _ => v,
+            };
+            Ok(Val::Tensor(v))
+        }
+        None => match cx.out_type(i) {
+            Some(t) if t.is_static() => Ok(Val::Tensor(cx.b.splat(Scalar::Int(0), t)?)),
+            _ => err(format!("output {i} is read but has no value")),
+        },
+    }
+}
+
+/// (input, weight, bias, momentum, eps)
+type BnArgs = (ValueId, Option<ValueId>, Option<ValueId>, f64, f64);
+
+fn bn_args(cx: &Ctx) -> R<BnArgs> {
+    Ok((cx.t("input")?, cx.opt_t("weight")?, cx.opt_t("bias")?, cx.float_or("momentum", 0.1)?, cx.float_or("eps", 1e-5)?))
+}
+
+pub(super) fn batch_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, w, b, m, eps) = bn_args(cx)?;
+    let rm = cx.opt_t("running_mean")?;
+    let rv = cx.opt_t("running_var")?;
+    let training = cx.bool_or("training", false)?;
+    let r = bn_core(cx, x, w, b, rm, rv, training, m, eps)?;
+    one(r.out)
+}
+
+pub(super) fn bn_no_training(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, w, b, m, eps) = bn_args(cx)?;
+    let rm = cx.t("running_mean")?;
+    let rv = cx.t("running_var")?;
+    let r = bn_core(cx, x, w, b, Some(rm), Some(rv), false, m, eps)?;
+    Ok(vec![Val::Tensor(r.out), out_or_empty(cx, 1, None)?, out_or_empty(cx, 2, None)?])
+}
+
+pub(super) fn bn_legit(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, w, b, m, eps) = bn_args(cx)?;
+    let rm = cx.opt_t("running_mean")?;
+    let rv = cx.opt_t("running_var")?;
+    let training = cx.bool_or("training", false)?;
+    let r = bn_core(cx, x, w, b, rm, rv, training, m, eps)?;
+    Ok(vec![Val::Tensor(r.out), out_or_empty(cx, 1, r.save_mean)?, out_or_empty(cx, 2, r.save_invstd)?])
+}
+
+pub(super) fn bn_no_stats(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, w, b, m, eps) = bn_args(cx)?;
+    let r = bn_core(cx, x, w, b, None, None, true, m, eps)?;
+    Ok(vec![Val::Tensor(r.out), out_or_empty(cx, 1, r.save_mean)?, out_or_empty(cx, 2, r.save_invstd)?])
+}
+
+pub(super) fn bn_functional(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, w, b, m, eps) = bn_args(cx)?;
+    let rm = cx.t("running_mean")?;
+    let rv = cx.t("running_var")?;
+    let training = cx.bool_or("training", false)?;
+    let r = bn_core(cx, x, w, b, Some(rm), Some(rv), training, m, eps)?;
+    // In eval mode the running stats come back unchanged.
+    let new_rm = r.new_rm.unwrap_or(rm);
+    let new_rv = r.new_rv.unwrap_or(rv);
+    Ok(vec![
+        Val::Tensor(r.out),
+        out_or_empty(cx, 1, r.save_mean)?,
+        out_or_empty(cx, 2, r.save_invstd)?,
+        Val::Tensor(new_rm),
+        Val::Tensor(new_rv),
+    ])
+}
+
+/// Layer norm over the trailing `normalized` dims; returns (out, mean, rstd).
+pub fn layer_norm_v(
+    cx: &mut Ctx,
+    x: ValueId,
+    normalized: &[i64],
+    w: Option<ValueId>,
+    b: Option<ValueId>,
+    eps: f64,
+) -> R<(ValueId, ValueId, ValueId)> {
+    let dims = cx.dims(x);
+    let n = normalized.len();
+    if n == 0 || n > dims.len() {
+        return err(format!("normalized_shape {normalized:?} does not fit {}", cx.ty(x)));
+    }
+    for (i, &s) in normalized.iter().enumerate() {
+        let d = &dims[dims.len() - n + i];
+        if d != &Dim::Static(s) {
+            return err(format!("normalized_shape {normalized:?} does not match the trailing dims of {}", cx.ty(x)));
+        }
+    }
+    let xd = cx.dtype(x);
+    let cd = stat_dtype(xd);
+    let xc = cx.convert(x, cd)?;
+    let r = cx.b.build(
+        O::LayerNorm,
+        &[xc],
+        Attrs::new().with("normalized_rank", Attr::Int(n as i64)).with("epsilon", Attr::Float(eps)),
+        None,
+    )?;
+    let (mut y, mean, rstd) = match r.as_slice() {
+        [a, b, c] => (*a, *b, *c),
+        _ => return err("internal: layer_norm results"),
+    };
+    let trailing: Vec<i64> = ((dims.len() - n) as i64..dims.len() as i64).collect();
+    if let Some(w) = w {
+        let w = cx.convert(w, cd)?;
+        let w = cx.b.broadcast_in_dim(w, &trailing, dims.clone())?;
+        y = cx.bin(O::Mul, y, w)?;
+    }
+    if let Some(b) = b {
+        let b = cx.convert(b, cd)?;
+        let b = cx.b.broadcast_in_dim(b, &trailing, dims.clone())?;
+        y = cx.bin(O::Add, y, b)?;
+    }
+    let y = cx.convert(y, xd)?;
+    Ok((y, mean, rstd))
+}
+
+pub(super) fn layer_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let ns = cx.ints("normalized_shape")?;
+    let w = cx.opt_t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    let (y, _, _) = layer_norm_v(cx, x, &ns, w, b, eps)?;
+    one(y)
+}
+
+pub(super) fn native_layer_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let ns = cx.ints("normalized_shape")?;
+    let w = cx.opt_t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    let (y, m, r) = layer_norm_v(cx, x, &ns, w, b, eps)?;
+    Ok(vec![Val::Tensor(y), out_or_empty(cx, 1, Some(m))?, out_or_empty(cx, 2, Some(r))?])
+}
+
+/// RMS norm: `x * rsqrt(mean(x^2) + eps) * w`, eps defaulting to the dtype's epsilon.
+pub(super) fn rms_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let ns = cx.ints("normalized_shape")?;
+    let w = cx.opt_t("weight")?;
+    let xd = cx.dtype(x);
+    let cd = stat_dtype(xd);
+    let eps = cx.opt_float("eps")?.unwrap_or(match xd {
+        DType::F16 => 0.0009765625,
+        DType::BF16 => 0.0078125,
+        DType::F64 => f64::EPSILON,
+        _ => f32::EPSILON as f64,
+    });
+    let dims = cx.dims(x);
+    let n = ns.len();
+    if n == 0 || n > dims.len() {
+        return err("rms_norm: normalized_shape does not fit the input");
+    }
+    let red: Vec<usize> = (dims.len() - n..dims.len()).collect();
+    let xc = cx.convert(x, cd)?;
+    let sq = cx.bin(O::Mul, xc, xc)?;
+    let m = crate::ops::reduce::mean_v(cx, sq, &red, true, cd)?;
+    let m = cx.bin_c(O::Add, m, eps)?;
+    let r = cx.un(O::Rsqrt, m)?;
+    let r = cx.broadcast_to(r, &dims)?;
+    let mut y = cx.bin(O::Mul, xc, r)?;
+    if let Some(w) = w {
+        let w = cx.convert(w, cd)?;
+        let trailing: Vec<i64> = ((dims.len() - n) as i64..dims.len() as i64).collect();
+        let w = cx.b.broadcast_in_dim(w, &trailing, dims.clone())?;
+        y = cx.bin(O::Mul, y, w)?;
+    }
+    one(cx.convert(y, xd)?)
+}
+
+/// Group norm of `x` [N, C, *] in `g` groups; returns (out, mean [N, G], rstd [N, G]).
+fn group_norm_v(cx: &mut Ctx, x: ValueId, g: i64, w: Option<ValueId>, b: Option<ValueId>, eps: f64) -> R<(ValueId, ValueId, ValueId)> {
+    let dims = cx.dims(x);
+    if dims.len() < 2 {
+        return err("group norm needs rank >= 2");
+    }
+    let c = static_of(&dims[1], "channels")?;
+    if g <= 0 || c % g != 0 {
+        return err(format!("{c} channels are not divisible into {g} groups"));
+    }
+    let xd = cx.dtype(x);
+    let cd = stat_dtype(xd);
+    let xc = cx.convert(x, cd)?;
+    let rest = dims[2..].iter().fold(Dim::Static(c / g), |a, d| a.mul(d));
+    let grouped = cx.reshape(xc, vec![dims[0].clone(), Dim::Static(g), rest])?;
+    let (var, mean) = crate::ops::reduce::var_v(cx, grouped, &[2], 0.0, true)?;
+    let zero = cx.full_like(Scalar::Float(0.0), var)?;
+    let var = cx.bin(O::Max, var, zero)?;
+    let rstd = inv_std(cx, var, eps)?;
+    let gs = cx.dims(grouped);
+    let mb = cx.broadcast_to(mean, &gs)?;
+    let rb = cx.broadcast_to(rstd, &gs)?;
+    let d = cx.bin(O::Sub, grouped, mb)?;
+    let y = cx.bin(O::Mul, d, rb)?;
+    let mut y = cx.reshape(y, dims.clone())?;
+    if let Some(w) = w {
+        let wb = per_channel(cx, w, &dims, cd)?;
+        y = cx.bin(O::Mul, y, wb)?;
+    }
+    if let Some(b) = b {
+        let bb = per_channel(cx, b, &dims, cd)?;
+        y = cx.bin(O::Add, y, bb)?;
+    }
+    let y = cx.convert(y, xd)?;
+    let stat_shape = vec![dims[0].clone(), Dim::Static(g)];
+    let mean = cx.reshape(mean, stat_shape.clone())?;
+    let rstd = cx.reshape(rstd, stat_shape)?;
+    Ok((y, mean, rstd))
+}
+
+pub(super) fn group_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let g = cx.int("num_groups")?;
+    let w = cx.opt_t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    let (y, _, _) = group_norm_v(cx, x, g, w, b, eps)?;
+    one(y)
+}
+
+pub(super) fn native_group_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let g = cx.int("group")?;
+    let w = cx.opt_t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    let (y, m, r) = group_norm_v(cx, x, g, w, b, eps)?;
+    Ok(vec![Val::Tensor(y), out_or_empty(cx, 1, Some(m))?, out_or_empty(cx, 2, Some(r))?])
+}
+
+pub(super) fn instance_norm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let w = cx.opt_t("weight")?;
+    let b = cx.opt_t("bias")?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    if !cx.bool_or("use_input_stats", true)? {
+        let rm = cx.opt_t("running_mean")?;
+        let rv = cx.opt_t("running_var")?;
+        let r = bn_core(cx, x, w, b, rm, rv, false, 0.1, eps)?;
+        return one(r.out);
+    }
+    let c = static_of(cx.dims(x).get(1).ok_or("instance norm needs rank >= 2")?, "channels")?;
+    let (y, _, _) = group_norm_v(cx, x, c, w, b, eps)?;
+    one(y)
+}
