@@ -131,7 +131,7 @@ fn build(steps: &[Step]) -> Module {
                 let x = pick(&pool, a);
                 let xd = dims(&b, x);
                 let dim = d as usize % xd.len();
-                let kind = ["sum", "max"][k as usize];
+                let kind = [tpuc_ir::ReduceKind::Sum, tpuc_ir::ReduceKind::Max][k as usize];
                 let red = b.reduce(x, kind, &[dim as i64]).unwrap();
                 let mut keep: Vec<Dim> = xd.iter().map(|&v| Dim::Static(v)).collect();
                 keep[dim] = Dim::Static(1);

@@ -18,6 +18,7 @@
 
 use crate::attr::{Attr, Attrs, Scalar, TensorData};
 use crate::dtype::DType;
+use crate::enums::{AttrEnum, Direction, ReduceKind};
 use crate::entity::{entity_id, PrimaryMap, SecondaryMap};
 use crate::infer::check_op;
 use crate::opcode::Opcode;
@@ -843,8 +844,8 @@ impl<'m> Builder<'m> {
         self.build1(opcode, &[x, y], Attrs::new(), None)
     }
 
-    pub fn compare(&mut self, direction: &str, x: ValueId, y: ValueId) -> Result<ValueId, IrError> {
-        self.build1(Opcode::Compare, &[x, y], Attrs::new().with("direction", Attr::Str(direction.into())), None)
+    pub fn compare(&mut self, direction: Direction, x: ValueId, y: ValueId) -> Result<ValueId, IrError> {
+        self.build1(Opcode::Compare, &[x, y], Attrs::new().with("direction", direction.attr()), None)
     }
 
     pub fn select(&mut self, pred: ValueId, on_true: ValueId, on_false: ValueId) -> Result<ValueId, IrError> {
@@ -979,12 +980,12 @@ impl<'m> Builder<'m> {
         )
     }
 
-    /// Reduction by `kind` (sum, prod, max, min, and, or) over `dims` (removed).
-    pub fn reduce(&mut self, x: ValueId, kind: &str, dims: &[i64]) -> Result<ValueId, IrError> {
+    /// Reduction by `kind` over `dims` (removed).
+    pub fn reduce(&mut self, x: ValueId, kind: ReduceKind, dims: &[i64]) -> Result<ValueId, IrError> {
         self.build1(
             Opcode::Reduce,
             &[x],
-            Attrs::new().with("dimensions", Attr::Ints(dims.to_vec())).with("kind", Attr::Str(kind.into())),
+            Attrs::new().with("dimensions", Attr::Ints(dims.to_vec())).with("kind", kind.attr()),
             None,
         )
     }

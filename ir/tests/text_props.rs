@@ -212,7 +212,7 @@ fn random_op(g: &mut Gen, b: &mut Builder, vals: &[ValueId]) -> Result<Vec<Value
         }
         4 => {
             let y = g.pick(&same);
-            let p = b.compare(g.pick(&["eq", "ne", "lt", "le", "gt", "ge"]), x, y)?;
+            let p = b.compare(g.pick(Direction::ALL), x, y)?;
             let s = b.select(p, y, x)?;
             Ok(vec![p, s])
         }
@@ -276,7 +276,7 @@ fn random_op(g: &mut Gen, b: &mut Builder, vals: &[ValueId]) -> Result<Vec<Value
             one(b.concatenate(&xs, g.below(r) as i64)?)
         }
         11 => {
-            let kind = if t.dtype.is_bool() { g.pick(&["and", "or"]) } else { g.pick(&["sum", "prod", "max", "min"]) };
+            let kind = if t.dtype.is_bool() { g.pick(&[ReduceKind::And, ReduceKind::Or]) } else { g.pick(&[ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min]) };
             one(b.reduce(x, kind, &g.subset(r))?)
         }
         12 if r >= 1 && !t.dtype.is_bool() => {

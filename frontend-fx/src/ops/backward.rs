@@ -9,6 +9,7 @@
 use super::nn::{attention_scores, build_conv, flip_kernel, sdpa_args};
 use super::*;
 use Opcode as O;
+use tpuc_ir::{Direction, ReduceKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("convolution_backward.default", convolution_backward),
@@ -117,7 +118,7 @@ fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     if out_used(cx, &mask, 2) {
         let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
-        outs[2] = Val::Tensor(cx.reduce(dy, "sum", &dims, false)?);
+        outs[2] = Val::Tensor(cx.reduce(dy, ReduceKind::Sum, &dims, false)?);
     }
     Ok(outs)
 }
@@ -197,7 +198,7 @@ fn sdpa_flash_cpu_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dp = cx.b.dot_general(dout, a.v, &batch, &batch, &[l1], &[l1])?;
     // D = rowsum(dO * O)
     let oo = cx.bin(O::Mul, dout, out)?;
-    let dsum = cx.reduce(oo, "sum", &[r - 1], true)?;
+    let dsum = cx.reduce(oo, ReduceKind::Sum, &[r - 1], true)?;
     let dsum = cx.broadcast_to(dsum, &shape)?;
     let diff = cx.bin(O::Sub, dp, dsum)?;
     let ds = cx.bin(O::Mul, p, diff)?;
@@ -221,7 +222,7 @@ fn threshold_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let gb = cx.broadcast_to(g, &shape)?;
     let xd = cx.dtype(xb);
     let t = cx.full(th.scalar(), xd, &shape)?;
-    let le = cx.cmp("le", xb, t)?;
+    let le = cx.cmp(Direction::Le, xb, t)?;
     let z = cx.full(Scalar::Int(0), dt, &shape)?;
     one(cx.select(le, z, gb)?)
 }
@@ -232,7 +233,7 @@ fn softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dim = norm_dim(cx.int("dim")?, cx.rank(y))?;
     let dt = cx.opt_dtype("input_dtype")?.unwrap_or(cx.dtype(g));
     let gy = cx.bin(O::Mul, g, y)?;
-    let s = cx.reduce(gy, "sum", &[dim], true)?;
+    let s = cx.reduce(gy, ReduceKind::Sum, &[dim], true)?;
     let shape = cx.dims(g);
     let s = cx.broadcast_to(s, &shape)?;
     let d = cx.bin(O::Sub, g, s)?;
@@ -245,7 +246,7 @@ fn log_softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let y = cx.t("output")?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(y))?;
     let dt = cx.opt_dtype("input_dtype")?.unwrap_or(cx.dtype(g));
-    let s = cx.reduce(g, "sum", &[dim], true)?;
+    let s = cx.reduce(g, ReduceKind::Sum, &[dim], true)?;
     let shape = cx.dims(g);
     let s = cx.broadcast_to(s, &shape)?;
     let e = cx.un(O::Exp, y)?;
@@ -362,10 +363,10 @@ fn layer_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         let n = cx.count(x, &inner, dt)?;
         let nb = cx.broadcast_to(n, &dims)?;
         let ng = cx.bin(O::Mul, g, nb)?;
-        let sg = cx.reduce(g, "sum", &inner, true)?;
+        let sg = cx.reduce(g, ReduceKind::Sum, &inner, true)?;
         let sg = cx.broadcast_to(sg, &dims)?;
         let gx = cx.bin(O::Mul, g, xhat)?;
-        let sgx = cx.reduce(gx, "sum", &inner, true)?;
+        let sgx = cx.reduce(gx, ReduceKind::Sum, &inner, true)?;
         let sgx = cx.broadcast_to(sgx, &dims)?;
         let t = cx.bin(O::Sub, ng, sg)?;
         let xs = cx.bin(O::Mul, xhat, sgx)?;
@@ -377,12 +378,12 @@ fn layer_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     if out_used(cx, &mask, 1) && w.is_some() {
         let p = cx.bin(O::Mul, dy, xhat)?;
-        outs[1] = Val::Tensor(cx.reduce(p, "sum", &outer, false)?);
+        outs[1] = Val::Tensor(cx.reduce(p, ReduceKind::Sum, &outer, false)?);
     } else if mask.get(1).copied().unwrap_or(true) {
         outs[1] = Val::Absent;
     }
     if out_used(cx, &mask, 2) {
-        outs[2] = Val::Tensor(cx.reduce(dy, "sum", &outer, false)?);
+        outs[2] = Val::Tensor(cx.reduce(dy, ReduceKind::Sum, &outer, false)?);
     } else if mask.get(2).copied().unwrap_or(true) {
         outs[2] = Val::Absent;
     }
@@ -418,9 +419,9 @@ fn batch_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let chan = |cx: &mut Ctx, v: ValueId| -> R<ValueId> { Ok(cx.b.broadcast_in_dim(v, &[1], dims.clone())?) };
     let mb = chan(cx, mean)?;
     let xm = cx.bin(O::Sub, x, mb)?;
-    let sum_dy = cx.reduce(dy, "sum", &red, false)?;
+    let sum_dy = cx.reduce(dy, ReduceKind::Sum, &red, false)?;
     let dyxm = cx.bin(O::Mul, dy, xm)?;
-    let dot = cx.reduce(dyxm, "sum", &red, false)?;
+    let dot = cx.reduce(dyxm, ReduceKind::Sum, &red, false)?;
     let mut outs = vec![Val::None, Val::None, Val::None];
     if out_used(cx, &mask, 0) {
         let wv = match w {
@@ -485,7 +486,7 @@ fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let idx64 = cx.convert(idx, DType::I64)?;
     if pad >= 0 {
         let pv = cx.full_like(Scalar::Int(pad), idx64)?;
-        let keep = cx.cmp("ne", idx64, pv)?;
+        let keep = cx.cmp(Direction::Ne, idx64, pv)?;
         let bd: Vec<i64> = (0..id.len() as i64).collect();
         let kb = cx.b.broadcast_in_dim(keep, &bd, gd.clone())?;
         let z = cx.full_like(Scalar::Int(0), g)?;
@@ -512,7 +513,7 @@ fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
 pub fn nll_weights(cx: &mut Ctx, target: ValueId, weight: Option<ValueId>, ignore: i64, dt: DType) -> R<(ValueId, ValueId)> {
     let t = cx.convert(target, DType::I64)?;
     let ig = cx.full_like(Scalar::Int(ignore), t)?;
-    let keep = cx.cmp("ne", t, ig)?;
+    let keep = cx.cmp(Direction::Ne, t, ig)?;
     let z = cx.full_like(Scalar::Int(0), t)?;
     let safe = cx.select(keep, t, z)?;
     let w = match weight {
@@ -533,7 +534,7 @@ fn one_hot(cx: &mut Ctx, target: ValueId, shape: &[Dim]) -> R<ValueId> {
     let io = cx.iota(DType::I64, shape, cdim)?;
     let bd: Vec<i64> = (0..r as i64).filter(|&d| d != cdim as i64).collect();
     let tb = cx.b.broadcast_in_dim(target, &bd, shape.to_vec())?;
-    cx.cmp("eq", io, tb)
+    cx.cmp(Direction::Eq, io, tb)
 }
 
 fn nll_loss_backward(cx: &mut Ctx) -> R<Vec<Val>> {

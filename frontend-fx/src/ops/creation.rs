@@ -4,6 +4,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("full.default", full),
@@ -253,7 +254,7 @@ fn eye(cx: &mut Ctx) -> R<Vec<Val>> {
     let shape = [Dim::Static(n), Dim::Static(m)];
     let r = cx.iota(DType::I64, &shape, 0)?;
     let c = cx.iota(DType::I64, &shape, 1)?;
-    let eq = cx.cmp("eq", r, c)?;
+    let eq = cx.cmp(Direction::Eq, r, c)?;
     one(cx.convert(eq, dt)?)
 }
 
@@ -271,7 +272,7 @@ fn triangle(cx: &mut Ctx, lower: bool) -> R<Vec<Val>> {
     let cols = cx.iota(DType::I64, &shape, 1)?;
     let diff = cx.bin(O::Sub, cols, rows)?;
     let dv = cx.full_like(Scalar::Int(d), diff)?;
-    let keep = cx.cmp(if lower { "le" } else { "ge" }, diff, dv)?;
+    let keep = cx.cmp(if lower { Direction::Le } else { Direction::Ge }, diff, dv)?;
     let keep = cx.broadcast_to(keep, &dims)?;
     let z = cx.full_like(Scalar::Int(0), x)?;
     one(cx.select(keep, x, z)?)

@@ -9,6 +9,7 @@
 use super::shape::unsqueeze_v;
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("gather.default", gather),
@@ -319,7 +320,7 @@ fn adv_index(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) -> R<AdvIndex> 
         if let Dim::Static(n) = dims[p] {
             // wrap negative indices
             let z = cx.full_like(Scalar::Int(0), t)?;
-            let neg = cx.cmp("lt", t, z)?;
+            let neg = cx.cmp(Direction::Lt, t, z)?;
             let nn = cx.full_like(Scalar::Int(n), t)?;
             let w = cx.bin(O::Add, t, nn)?;
             t = cx.select(neg, w, t)?;
@@ -478,15 +479,15 @@ pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start
     let io = cx.iota(DType::I64, &[Dim::Static(n)], 0)?;
     let sv = cx.full_like(Scalar::Int(s), io)?;
     let ev = cx.full_like(Scalar::Int(s + (len - 1) * step + 1), io)?;
-    let ge = cx.cmp("ge", io, sv)?;
-    let lt = cx.cmp("lt", io, ev)?;
+    let ge = cx.cmp(Direction::Ge, io, sv)?;
+    let lt = cx.cmp(Direction::Lt, io, ev)?;
     let mut m = cx.bin(O::And, ge, lt)?;
     if step > 1 {
         let off = cx.bin(O::Sub, io, sv)?;
         let st = cx.full_like(Scalar::Int(step), io)?;
         let rem = cx.bin(O::Rem, off, st)?;
         let z = cx.full_like(Scalar::Int(0), io)?;
-        let on = cx.cmp("eq", rem, z)?;
+        let on = cx.cmp(Direction::Eq, rem, z)?;
         m = cx.bin(O::And, m, on)?;
     }
     let mb = cx.b.broadcast_in_dim(m, &[dim as i64], dims)?;

@@ -3,6 +3,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::ReduceKind;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("mm.default", mm),
@@ -326,7 +327,7 @@ fn sum_out(cx: &mut Ctx, t: Labeled, keep: &[char]) -> R<Labeled> {
     if dims.is_empty() {
         return Ok(t);
     }
-    let v = cx.reduce(t.v, "sum", &dims, false)?;
+    let v = cx.reduce(t.v, ReduceKind::Sum, &dims, false)?;
     let labels = t.labels.iter().filter(|l| keep.contains(l)).copied().collect();
     Ok(Labeled { v, labels })
 }

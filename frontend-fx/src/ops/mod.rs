@@ -25,6 +25,7 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 use tpuc_ir::{infer, Attr, Attrs, Builder, DType, Dim, IrError, Opcode, Scalar, SymExpr, TensorData, TensorType, ValueId};
+use tpuc_ir::{Direction, ReduceKind};
 
 /// Largest static size accepted from a program (2^40).
 pub const MAX_SIZE: i64 = 1 << 40;
@@ -661,7 +662,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
         Ok(self.b.unary(op, a)?)
     }
 
-    pub fn cmp(&mut self, dir: &str, a: ValueId, b: ValueId) -> R<ValueId> {
+    pub fn cmp(&mut self, dir: Direction, a: ValueId, b: ValueId) -> R<ValueId> {
         Ok(self.b.compare(dir, a, b)?)
     }
 
@@ -687,7 +688,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
             return Ok(v);
         }
         let z = self.full_like(Scalar::Int(0), v)?;
-        self.cmp("ne", v, z)
+        self.cmp(Direction::Ne, v, z)
     }
 
     /// Floating-point computation type: integers and bool become the default float dtype.
@@ -719,11 +720,11 @@ impl<'a, 'm> Ctx<'a, 'm> {
         let sub: Vec<Dim> = dims.iter().filter_map(|&d| t.dims.get(d).cloned()).collect();
         let ones = self.full(Scalar::Int(1), dtype, &sub)?;
         let ds: Vec<i64> = (0..sub.len() as i64).collect();
-        Ok(self.b.reduce(ones, "sum", &ds)?)
+        Ok(self.b.reduce(ones, ReduceKind::Sum, &ds)?)
     }
 
     /// Reduction by `kind` over `dims`, keeping them as size 1 when `keep`.
-    pub fn reduce(&mut self, v: ValueId, kind: &str, dims: &[usize], keep: bool) -> R<ValueId> {
+    pub fn reduce(&mut self, v: ValueId, kind: ReduceKind, dims: &[usize], keep: bool) -> R<ValueId> {
         let ds: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let r = self.b.reduce(v, kind, &ds)?;
         if keep {

@@ -7,6 +7,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("sum.default", sum),
@@ -115,7 +116,7 @@ fn sum_dtype(cx: &Ctx, x: ValueId) -> R<DType> {
 pub fn sum_v(cx: &mut Ctx, x: ValueId, dims: &[usize], keep: bool, out: DType) -> R<ValueId> {
     let acc = acc_dtype(out);
     let xv = cx.convert(x, acc)?;
-    let s = cx.reduce(xv, "sum", dims, keep)?;
+    let s = cx.reduce(xv, ReduceKind::Sum, dims, keep)?;
     cx.convert(s, out)
 }
 
@@ -130,7 +131,7 @@ fn sum(cx: &mut Ctx) -> R<Vec<Val>> {
 pub fn mean_v(cx: &mut Ctx, x: ValueId, dims: &[usize], keep: bool, out: DType) -> R<ValueId> {
     let acc = acc_dtype(out);
     let xv = cx.convert(x, acc)?;
-    let s = cx.reduce(xv, "sum", dims, keep)?;
+    let s = cx.reduce(xv, ReduceKind::Sum, dims, keep)?;
     let n = cx.count(xv, dims, acc)?;
     let shape = cx.dims(s);
     let n = cx.broadcast_to(n, &shape)?;
@@ -160,38 +161,47 @@ fn prod(cx: &mut Ctx) -> R<Vec<Val>> {
     let k = keepdim(cx)?;
     let acc = acc_dtype(out);
     let xv = cx.convert(x, acc)?;
-    let p = cx.reduce(xv, "prod", &dims, k)?;
+    let p = cx.reduce(xv, ReduceKind::Prod, &dims, k)?;
     one(cx.convert(p, out)?)
 }
 
-fn minmax_reduce(cx: &mut Ctx, kind: &str, dim_arg: &str) -> R<Vec<Val>> {
+/// On bools max is `or` and min is `and`.
+fn bool_kind(kind: ReduceKind) -> ReduceKind {
+    match kind {
+        ReduceKind::Max => ReduceKind::Or,
+        ReduceKind::Min => ReduceKind::And,
+        k => k,
+    }
+}
+
+fn minmax_reduce(cx: &mut Ctx, kind: ReduceKind, dim_arg: &str) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = reduce_dims(cx, x, dim_arg)?;
     let k = keepdim(cx)?;
-    let kind = if cx.dtype(x).is_bool() { if kind == "max" { "or" } else { "and" } } else { kind };
+    let kind = if cx.dtype(x).is_bool() { bool_kind(kind) } else { kind };
     one(cx.reduce(x, kind, &dims, k)?)
 }
 
 fn amax(cx: &mut Ctx) -> R<Vec<Val>> {
-    minmax_reduce(cx, "max", "dim")
+    minmax_reduce(cx, ReduceKind::Max, "dim")
 }
 fn amin(cx: &mut Ctx) -> R<Vec<Val>> {
-    minmax_reduce(cx, "min", "dim")
+    minmax_reduce(cx, ReduceKind::Min, "dim")
 }
 fn max_all(cx: &mut Ctx) -> R<Vec<Val>> {
-    minmax_reduce(cx, "max", "__all__")
+    minmax_reduce(cx, ReduceKind::Max, "__all__")
 }
 fn min_all(cx: &mut Ctx) -> R<Vec<Val>> {
-    minmax_reduce(cx, "min", "__all__")
+    minmax_reduce(cx, ReduceKind::Min, "__all__")
 }
 
 /// Index of the first max/min along `dim` (removed unless `keep`).
-pub fn arg_v(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str, keep: bool) -> R<ValueId> {
+pub fn arg_v(cx: &mut Ctx, x: ValueId, dim: usize, kind: ArgReduceKind, keep: bool) -> R<ValueId> {
     let xv = if cx.dtype(x).is_bool() { cx.convert(x, DType::U8)? } else { x };
     let a = cx.b.build1(
         O::ArgReduce,
         &[xv],
-        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", Attr::Str(kind.into())),
+        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", kind.attr()),
         Some(TensorType::new(DType::I64, cx.dims(x).into_iter().enumerate().filter(|(i, _)| *i != dim).map(|(_, d)| d))),
     )?;
     if keep {
@@ -201,19 +211,20 @@ pub fn arg_v(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str, keep: bool) -> R<
     Ok(a)
 }
 
-fn max_min_dim(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+fn max_min_dim(cx: &mut Ctx, kind: ReduceKind) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
     let d = norm_dim(cx.int("dim")?, r)?;
     let k = keepdim(cx)?;
     let dims: Vec<usize> = if r == 0 { vec![] } else { vec![d] };
-    let rk = if cx.dtype(x).is_bool() { if kind == "max" { "or" } else { "and" } } else { kind };
+    let rk = if cx.dtype(x).is_bool() { bool_kind(kind) } else { kind };
+    let arg = if kind == ReduceKind::Max { ArgReduceKind::Argmax } else { ArgReduceKind::Argmin };
     let v = cx.reduce(x, rk, &dims, k)?;
     let i = if cx.used(1) {
         if r == 0 {
             Val::Tensor(cx.full(Scalar::Int(0), DType::I64, &[])?)
         } else {
-            Val::Tensor(arg_v(cx, x, d, &format!("arg{kind}"), k)?)
+            Val::Tensor(arg_v(cx, x, d, arg, k)?)
         }
     } else {
         Val::Absent
@@ -221,10 +232,10 @@ fn max_min_dim(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
     Ok(vec![Val::Tensor(v), i])
 }
 fn max_dim(cx: &mut Ctx) -> R<Vec<Val>> {
-    max_min_dim(cx, "max")
+    max_min_dim(cx, ReduceKind::Max)
 }
 fn min_dim(cx: &mut Ctx) -> R<Vec<Val>> {
-    max_min_dim(cx, "min")
+    max_min_dim(cx, ReduceKind::Min)
 }
 
 fn aminmax(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -234,12 +245,12 @@ fn aminmax(cx: &mut Ctx) -> R<Vec<Val>> {
         Some(d) => vec![norm_dim(d, cx.rank(x))?],
         None => (0..cx.rank(x)).collect(),
     };
-    let lo = cx.reduce(x, "min", &dims, k)?;
-    let hi = cx.reduce(x, "max", &dims, k)?;
+    let lo = cx.reduce(x, ReduceKind::Min, &dims, k)?;
+    let hi = cx.reduce(x, ReduceKind::Max, &dims, k)?;
     Ok(vec![Val::Tensor(lo), Val::Tensor(hi)])
 }
 
-fn arg_reduce(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+fn arg_reduce(cx: &mut Ctx, kind: ArgReduceKind) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let k = keepdim(cx)?;
     match cx.opt_int("dim")? {
@@ -265,13 +276,13 @@ fn arg_reduce(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
     }
 }
 fn argmax(cx: &mut Ctx) -> R<Vec<Val>> {
-    arg_reduce(cx, "argmax")
+    arg_reduce(cx, ArgReduceKind::Argmax)
 }
 fn argmin(cx: &mut Ctx) -> R<Vec<Val>> {
-    arg_reduce(cx, "argmin")
+    arg_reduce(cx, ArgReduceKind::Argmin)
 }
 
-fn any_all(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+fn any_all(cx: &mut Ctx, kind: ReduceKind) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
@@ -283,10 +294,10 @@ fn any_all(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
     one(r)
 }
 fn any(cx: &mut Ctx) -> R<Vec<Val>> {
-    any_all(cx, "or")
+    any_all(cx, ReduceKind::Or)
 }
 fn all(cx: &mut Ctx) -> R<Vec<Val>> {
-    any_all(cx, "and")
+    any_all(cx, ReduceKind::And)
 }
 
 /// Variance over `dims` with `correction`, two-pass: sum((x - mean)^2) / (N - correction).
@@ -294,7 +305,7 @@ pub fn var_v(cx: &mut Ctx, x: ValueId, dims: &[usize], correction: f64, keep: bo
     let out = cx.dtype(x);
     let acc = acc_dtype(out);
     let xv = cx.convert(x, acc)?;
-    let s = cx.reduce(xv, "sum", dims, true)?;
+    let s = cx.reduce(xv, ReduceKind::Sum, dims, true)?;
     let n = cx.count(xv, dims, acc)?;
     let nb = {
         let sh = cx.dims(s);
@@ -305,7 +316,7 @@ pub fn var_v(cx: &mut Ctx, x: ValueId, dims: &[usize], correction: f64, keep: bo
     let mb = cx.broadcast_to(mean, &shape)?;
     let d = cx.bin(O::Sub, xv, mb)?;
     let sq = cx.bin(O::Mul, d, d)?;
-    let ss = cx.reduce(sq, "sum", dims, keep)?;
+    let ss = cx.reduce(sq, ReduceKind::Sum, dims, keep)?;
     let c = cx.scalar(Scalar::Float(correction), acc)?;
     let denom = cx.bin(O::Sub, n, c)?;
     let zero = cx.scalar(Scalar::Float(0.0), acc)?;
@@ -358,17 +369,17 @@ fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.float_of(x)?;
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
-    let m = cx.reduce(x, "max", &dims, true)?;
+    let m = cx.reduce(x, ReduceKind::Max, &dims, true)?;
     let am = cx.un(O::Abs, m)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
-    let is_inf = cx.cmp("eq", am, inf)?;
+    let is_inf = cx.cmp(Direction::Eq, am, inf)?;
     let z = cx.full_like(Scalar::Float(0.0), m)?;
     let m = cx.select(is_inf, z, m)?;
     let shape = cx.dims(x);
     let mb = cx.broadcast_to(m, &shape)?;
     let d = cx.bin(O::Sub, x, mb)?;
     let e = cx.un(O::Exp, d)?;
-    let s = cx.reduce(e, "sum", &dims, k)?;
+    let s = cx.reduce(e, ReduceKind::Sum, &dims, k)?;
     let l = cx.un(O::Log, s)?;
     let m2 = if k { m } else { cx.reshape(m, cx.dims(l))? };
     one(cx.bin(O::Add, l, m2)?)
@@ -377,27 +388,27 @@ fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
 fn norm_v(cx: &mut Ctx, x: ValueId, ord: f64, dims: &[usize], keep: bool) -> R<ValueId> {
     let a = cx.un(O::Abs, x)?;
     if ord == f64::INFINITY {
-        return cx.reduce(a, "max", dims, keep);
+        return cx.reduce(a, ReduceKind::Max, dims, keep);
     }
     if ord == f64::NEG_INFINITY {
-        return cx.reduce(a, "min", dims, keep);
+        return cx.reduce(a, ReduceKind::Min, dims, keep);
     }
     if ord == 0.0 {
         let z = cx.full_like(Scalar::Float(0.0), x)?;
-        let nz = cx.cmp("ne", x, z)?;
+        let nz = cx.cmp(Direction::Ne, x, z)?;
         let f = cx.convert(nz, cx.dtype(x))?;
-        return cx.reduce(f, "sum", dims, keep);
+        return cx.reduce(f, ReduceKind::Sum, dims, keep);
     }
     if ord == 1.0 {
-        return cx.reduce(a, "sum", dims, keep);
+        return cx.reduce(a, ReduceKind::Sum, dims, keep);
     }
     if ord == 2.0 {
         let sq = cx.bin(O::Mul, x, x)?;
-        let s = cx.reduce(sq, "sum", dims, keep)?;
+        let s = cx.reduce(sq, ReduceKind::Sum, dims, keep)?;
         return cx.un(O::Sqrt, s);
     }
     let p = cx.bin_c(O::Pow, a, ord)?;
-    let s = cx.reduce(p, "sum", dims, keep)?;
+    let s = cx.reduce(p, ReduceKind::Sum, dims, keep)?;
     cx.bin_c(O::Pow, s, 1.0 / ord)
 }
 
@@ -466,7 +477,7 @@ fn cum_ext(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
         // positions where x equals the running value; the index is the running max of those
         let dims = cx.dims(x);
         let io = cx.iota(DType::I64, &dims, d)?;
-        let hit = cx.cmp("eq", x, v)?;
+        let hit = cx.cmp(Direction::Eq, x, v)?;
         let neg = cx.full(Scalar::Int(-1), DType::I64, &dims)?;
         let cand = cx.select(hit, io, neg)?;
         Val::Tensor(scan(cx, cand, d, "max")?)
@@ -558,8 +569,8 @@ fn safe_softmax(cx: &mut Ctx) -> R<Vec<Val>> {
     let s = softmax_v(cx, x, dim, O::Softmax, out)?;
     let d = norm_dim(dim, cx.rank(x))?;
     let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;
-    let masked = cx.cmp("eq", x, ninf)?;
-    let allm = cx.reduce(masked, "and", &[d], true)?;
+    let masked = cx.cmp(Direction::Eq, x, ninf)?;
+    let allm = cx.reduce(masked, ReduceKind::And, &[d], true)?;
     let shape = cx.dims(s);
     let allm = cx.broadcast_to(allm, &shape)?;
     let z = cx.full_like(Scalar::Float(0.0), s)?;
@@ -629,7 +640,7 @@ fn count_nonzero(cx: &mut Ctx) -> R<Vec<Val>> {
     let dims = reduce_dims(cx, x, "dim")?;
     let b = cx.truthy(x)?;
     let i = cx.convert(b, DType::I64)?;
-    one(cx.reduce(i, "sum", &dims, false)?)
+    one(cx.reduce(i, ReduceKind::Sum, &dims, false)?)
 }
 
 /// `histc`: counts of `x` in `bins` equal-width bins over [min, max] (the data's range when
@@ -650,10 +661,10 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
     let n = cx.ty(x).num_elements_expr();
     let flat = cx.reshape(x, vec![Dim::from_expr(n)])?;
     let (lo, hi) = if lo_arg == hi_arg {
-        let lo = cx.reduce(flat, "min", &[0], false)?;
-        let hi = cx.reduce(flat, "max", &[0], false)?;
+        let lo = cx.reduce(flat, ReduceKind::Min, &[0], false)?;
+        let hi = cx.reduce(flat, ReduceKind::Max, &[0], false)?;
         // equal data range: widen by one on each side
-        let same = cx.cmp("eq", lo, hi)?;
+        let same = cx.cmp(Direction::Eq, lo, hi)?;
         let lo1 = cx.bin_c(O::Sub, lo, 1.0)?;
         let hi1 = cx.bin_c(O::Add, hi, 1.0)?;
         (cx.select(same, lo1, lo)?, cx.select(same, hi1, hi)?)
@@ -666,8 +677,8 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
     let shape = cx.dims(flat);
     let lob = cx.broadcast_to(lo, &shape)?;
     let hib = cx.broadcast_to(hi, &shape)?;
-    let ge = cx.cmp("ge", flat, lob)?;
-    let le = cx.cmp("le", flat, hib)?;
+    let ge = cx.cmp(Direction::Ge, flat, lob)?;
+    let le = cx.cmp(Direction::Le, flat, hib)?;
     let valid = cx.bin(O::And, ge, le)?;
     let off = cx.bin(O::Sub, flat, lob)?;
     let scaled = cx.bin_c(O::Mul, off, bins as f64)?;

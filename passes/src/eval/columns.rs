@@ -226,7 +226,7 @@ mod tests {
             let (ta, tc) = (bl.ty(a).clone(), bl.ty(c).clone());
             let r = match k % 9 {
                 0 => bl.binary([Opcode::Add, Opcode::Sub, Opcode::Mul, Opcode::Max, Opcode::Min][z as usize % 5], a, c).ok(),
-                1 => bl.compare(Direction::ALL[z as usize % 6].to_string().as_str(), a, c).ok(),
+                1 => bl.compare(Direction::ALL[z as usize % 6], a, c).ok(),
                 2 => bl.convert(a, dts[z as usize % dts.len()]).ok(),
                 3 => bl.unary([Opcode::Neg, Opcode::Abs, Opcode::Not][z as usize % 3], a).ok(),
                 4 if tc.dtype == DType::Bool => {

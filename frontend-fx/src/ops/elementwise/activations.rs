@@ -3,6 +3,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 pub fn relu_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
     let z = cx.full_like(Scalar::Int(0), x)?;
@@ -38,7 +39,7 @@ fn softplus_v(cx: &mut Ctx, x: ValueId, beta: f64, threshold: f64) -> R<ValueId>
     let xb = if beta == 1.0 { x } else { cx.bin_c(O::Mul, x, beta)? };
     let big = {
         let t = cx.full_like(Scalar::Float(threshold), x)?;
-        cx.cmp("gt", xb, t)?
+        cx.cmp(Direction::Gt, xb, t)?
     };
     let e = cx.un(O::Exp, xb)?;
     let l = cx.un(O::Log1p, e)?;
@@ -82,7 +83,7 @@ pub(super) fn leaky_relu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let slope = cx.float_or("negative_slope", 0.01)?;
     let z = cx.full_like(Scalar::Int(0), x)?;
-    let pos = cx.cmp("gt", x, z)?;
+    let pos = cx.cmp(Direction::Gt, x, z)?;
     let n = cx.bin_c(O::Mul, x, slope)?;
     one(cx.select(pos, x, n)?)
 }
@@ -90,7 +91,7 @@ pub(super) fn leaky_relu(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale`
 fn elu_v(cx: &mut Ctx, x: ValueId, alpha: f64, scale: f64, input_scale: f64) -> R<ValueId> {
     let z = cx.full_like(Scalar::Int(0), x)?;
-    let neg = cx.cmp("le", x, z)?;
+    let neg = cx.cmp(Direction::Le, x, z)?;
     let xi = if input_scale == 1.0 { x } else { cx.bin_c(O::Mul, x, input_scale)? };
     let e = cx.un(O::Expm1, xi)?;
     let n = cx.bin_c(O::Mul, e, alpha * scale)?;
@@ -173,7 +174,7 @@ pub(super) fn hardshrink(cx: &mut Ctx) -> R<Vec<Val>> {
     let l = cx.float_or("lambd", 0.5)?;
     let a = cx.un(O::Abs, x)?;
     let lv = cx.full_like(Scalar::Float(l), x)?;
-    let keep = cx.cmp("gt", a, lv)?;
+    let keep = cx.cmp(Direction::Gt, a, lv)?;
     let z = cx.full_like(Scalar::Float(0.0), x)?;
     one(cx.select(keep, x, z)?)
 }
@@ -183,8 +184,8 @@ pub(super) fn softshrink(cx: &mut Ctx) -> R<Vec<Val>> {
     let l = cx.float_or("lambd", 0.5)?;
     let lv = cx.full_like(Scalar::Float(l), x)?;
     let nl = cx.full_like(Scalar::Float(-l), x)?;
-    let up = cx.cmp("gt", x, lv)?;
-    let dn = cx.cmp("lt", x, nl)?;
+    let up = cx.cmp(Direction::Gt, x, lv)?;
+    let dn = cx.cmp(Direction::Lt, x, nl)?;
     let xm = cx.bin(O::Sub, x, lv)?;
     let xp = cx.bin(O::Add, x, lv)?;
     let z = cx.full_like(Scalar::Float(0.0), x)?;

@@ -10,6 +10,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 /// `self`, `other` and their common dtype.
 fn binary_operands(cx: &mut Ctx) -> R<(Operand, Operand, DType)> {
@@ -94,7 +95,7 @@ pub fn trunc_v(cx: &mut Ctx, v: ValueId) -> R<ValueId> {
         return Ok(v);
     }
     let z = cx.full_like(Scalar::Float(0.0), v)?;
-    let neg = cx.cmp("lt", v, z)?;
+    let neg = cx.cmp(Direction::Lt, v, z)?;
     let c = cx.un(O::Ceil, v)?;
     let f = cx.un(O::Floor, v)?;
     cx.select(neg, c, f)
@@ -110,10 +111,10 @@ pub fn floor_div_v(cx: &mut Ctx, x: ValueId, y: ValueId) -> R<ValueId> {
     if dt.is_int() {
         let q = cx.bin(O::Div, x, y)?;
         let r = cx.bin(O::Rem, x, y)?;
-        let xn = cx.cmp("lt", x, zero)?;
-        let yn = cx.cmp("lt", y, zero)?;
+        let xn = cx.cmp(Direction::Lt, x, zero)?;
+        let yn = cx.cmp(Direction::Lt, y, zero)?;
         let differ = cx.bin(O::Xor, xn, yn)?;
-        let rnz = cx.cmp("ne", r, zero)?;
+        let rnz = cx.cmp(Direction::Ne, r, zero)?;
         let fix = cx.bin(O::And, differ, rnz)?;
         let one_ = cx.full_like(Scalar::Int(1), x)?;
         let q1 = cx.bin(O::Sub, q, one_)?;
@@ -127,10 +128,10 @@ pub fn floor_div_v(cx: &mut Ctx, x: ValueId, y: ValueId) -> R<ValueId> {
     let m = cx.bin(O::Rem, x, y)?;
     let am = cx.bin(O::Sub, x, m)?;
     let d0 = cx.bin(O::Div, am, y)?;
-    let mnz = cx.cmp("ne", m, zero)?;
-    let yn = cx.cmp("lt", y, zero)?;
-    let mn = cx.cmp("lt", m, zero)?;
-    let differ = cx.cmp("ne", yn, mn)?;
+    let mnz = cx.cmp(Direction::Ne, m, zero)?;
+    let yn = cx.cmp(Direction::Lt, y, zero)?;
+    let mn = cx.cmp(Direction::Lt, m, zero)?;
+    let differ = cx.cmp(Direction::Ne, yn, mn)?;
     let fix = cx.bin(O::And, mnz, differ)?;
     let one_ = cx.full_like(Scalar::Float(1.0), x)?;
     let d1 = cx.bin(O::Sub, d0, one_)?;
@@ -138,13 +139,13 @@ pub fn floor_div_v(cx: &mut Ctx, x: ValueId, y: ValueId) -> R<ValueId> {
     let fd = cx.un(O::Floor, d)?;
     let frac = cx.bin(O::Sub, d, fd)?;
     let half = cx.full_like(Scalar::Float(0.5), x)?;
-    let up = cx.cmp("gt", frac, half)?;
+    let up = cx.cmp(Direction::Gt, frac, half)?;
     let fd1 = cx.bin(O::Add, fd, one_)?;
     let fdr = cx.select(up, fd1, fd)?;
     let signed_zero = cx.bin(O::Mul, plain, zero)?;
-    let dnz = cx.cmp("ne", d, zero)?;
+    let dnz = cx.cmp(Direction::Ne, d, zero)?;
     let res = cx.select(dnz, fdr, signed_zero)?;
-    let ynz = cx.cmp("ne", y, zero)?;
+    let ynz = cx.cmp(Direction::Ne, y, zero)?;
     cx.select(ynz, res, plain)
 }
 
@@ -187,10 +188,10 @@ pub fn remainder_v(cx: &mut Ctx, x: ValueId, y: ValueId) -> R<ValueId> {
         return Ok(r);
     }
     let zero = cx.full_like(Scalar::Int(0), x)?;
-    let rnz = cx.cmp("ne", r, zero)?;
-    let rn = cx.cmp("lt", r, zero)?;
-    let yn = cx.cmp("lt", y, zero)?;
-    let differ = cx.cmp("ne", rn, yn)?;
+    let rnz = cx.cmp(Direction::Ne, r, zero)?;
+    let rn = cx.cmp(Direction::Lt, r, zero)?;
+    let yn = cx.cmp(Direction::Lt, y, zero)?;
+    let differ = cx.cmp(Direction::Ne, rn, yn)?;
     let fix = cx.bin(O::And, rnz, differ)?;
     let ry = cx.bin(O::Add, r, y)?;
     cx.select(fix, ry, r)
@@ -276,7 +277,7 @@ pub(super) fn minimum(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 
 pub(super) fn isnan_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
-    cx.cmp("ne", x, x)
+    cx.cmp(Direction::Ne, x, x)
 }
 
 /// NaN-ignoring max/min.
@@ -306,28 +307,28 @@ pub(super) fn atan2(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.bin(O::Atan2, x, y)?)
 }
 
-fn compare(cx: &mut Ctx, dir: &str) -> R<Vec<Val>> {
+fn compare(cx: &mut Ctx, dir: Direction) -> R<Vec<Val>> {
     let (a, b, dt) = binary_operands(cx)?;
     let (x, y) = cx.pair(&a, &b, dt)?;
     one(cx.cmp(dir, x, y)?)
 }
 pub(super) fn eq(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "eq")
+    compare(cx, Direction::Eq)
 }
 pub(super) fn ne(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "ne")
+    compare(cx, Direction::Ne)
 }
 pub(super) fn lt(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "lt")
+    compare(cx, Direction::Lt)
 }
 pub(super) fn le(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "le")
+    compare(cx, Direction::Le)
 }
 pub(super) fn gt(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "gt")
+    compare(cx, Direction::Gt)
 }
 pub(super) fn ge(cx: &mut Ctx) -> R<Vec<Val>> {
-    compare(cx, "ge")
+    compare(cx, Direction::Ge)
 }
 
 /// Both operands as bool tensors of their broadcast shape.
@@ -527,7 +528,7 @@ pub(super) fn lerp(cx: &mut Ctx) -> R<Vec<Val>> {
     let wv = cx.mat(&w, dt, &shape)?;
     let diff = cx.bin(O::Sub, y, x)?;
     let half = cx.full_like(Scalar::Float(0.5), x)?;
-    let small = cx.cmp("lt", wv, half)?;
+    let small = cx.cmp(Direction::Lt, wv, half)?;
     let wd = cx.bin(O::Mul, wv, diff)?;
     let lo = cx.bin(O::Add, x, wd)?;
     let onev = cx.full_like(Scalar::Float(1.0), x)?;

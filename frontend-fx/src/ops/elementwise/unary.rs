@@ -4,6 +4,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 pub(super) fn identity(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.t("self")?)
@@ -74,7 +75,7 @@ pub(super) fn sign(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     if cx.dtype(x).is_unsigned_int() {
         let z = cx.full_like(Scalar::Int(0), x)?;
-        let nz = cx.cmp("ne", x, z)?;
+        let nz = cx.cmp(Direction::Ne, x, z)?;
         return one(cx.convert(nz, cx.dtype(x))?);
     }
     one(cx.un(O::Sign, x)?)
@@ -171,7 +172,7 @@ pub(super) fn isinf(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let a = cx.un(O::Abs, x)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), x)?;
-    one(cx.cmp("eq", a, inf)?)
+    one(cx.cmp(Direction::Eq, a, inf)?)
 }
 pub(super) fn isfinite(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
@@ -206,8 +207,8 @@ pub(super) fn nan_to_num(cx: &mut Ctx) -> R<Vec<Val>> {
     let isn = isnan_v(cx, x)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), x)?;
     let minf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;
-    let isp = cx.cmp("eq", x, inf)?;
-    let ism = cx.cmp("eq", x, minf)?;
+    let isp = cx.cmp(Direction::Eq, x, inf)?;
+    let ism = cx.cmp(Direction::Eq, x, minf)?;
     let nv = cx.full_like(Scalar::Float(nan), x)?;
     let pv = cx.full_like(Scalar::Float(pinf), x)?;
     let mv = cx.full_like(Scalar::Float(ninf), x)?;

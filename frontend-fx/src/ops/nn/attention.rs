@@ -4,6 +4,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::{Direction, ReduceKind};
 
 /// Repeats the head dim (-3) of `k` `rep` times, each head consecutively (repeat_interleave).
 fn repeat_heads(cx: &mut Ctx, k: ValueId, rep: i64) -> R<ValueId> {
@@ -99,7 +100,7 @@ pub fn attention_scores(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
         let (l, sl) = (shape[r - 2].clone(), shape[r - 1].clone());
         let rows = cx.iota(DType::I64, &[l.clone(), sl.clone()], 0)?;
         let cols = cx.iota(DType::I64, &[l, sl], 1)?;
-        let keep = cx.cmp("le", cols, rows)?;
+        let keep = cx.cmp(Direction::Le, cols, rows)?;
         let keep = cx.broadcast_to(keep, &shape)?;
         let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), s)?;
         s = cx.select(keep, s, ninf)?;
@@ -136,17 +137,17 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     };
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
-    let m = cx.reduce(s, "max", &[r - 1], true)?;
+    let m = cx.reduce(s, ReduceKind::Max, &[r - 1], true)?;
     let am = cx.un(O::Abs, m)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
-    let is_inf = cx.cmp("eq", am, inf)?;
+    let is_inf = cx.cmp(Direction::Eq, am, inf)?;
     let z = cx.full_like(Scalar::Float(0.0), m)?;
     let m = cx.select(is_inf, z, m)?;
     let shape = cx.dims(s);
     let mb = cx.broadcast_to(m, &shape)?;
     let d = cx.bin(O::Sub, s, mb)?;
     let e = cx.un(O::Exp, d)?;
-    let sum = cx.reduce(e, "sum", &[r - 1], false)?;
+    let sum = cx.reduce(e, ReduceKind::Sum, &[r - 1], false)?;
     let l = cx.un(O::Log, sum)?;
     let sh = cx.dims(l);
     let m2 = cx.reshape(m, sh)?;

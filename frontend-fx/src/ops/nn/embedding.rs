@@ -4,6 +4,7 @@
 use crate::ops::shape::take_along;
 use super::*;
 use Opcode as O;
+use tpuc_ir::ReduceKind;
 
 pub(super) fn embedding(cx: &mut Ctx) -> R<Vec<Val>> {
     let w = cx.t("weight")?;
@@ -79,14 +80,14 @@ pub(super) fn nll_loss_forward(cx: &mut Ctx) -> R<Vec<Val>> {
     let l = cx.bin(O::Mul, picked, w)?;
     let l = cx.un(O::Neg, l)?;
     let all_dims: Vec<usize> = (0..cx.rank(w)).collect();
-    let tw = cx.reduce(w, "sum", &all_dims, false)?;
+    let tw = cx.reduce(w, ReduceKind::Sum, &all_dims, false)?;
     let out = match reduction {
         0 => l,
         1 => {
-            let s = cx.reduce(l, "sum", &all_dims, false)?;
+            let s = cx.reduce(l, ReduceKind::Sum, &all_dims, false)?;
             cx.bin(O::Div, s, tw)?
         }
-        2 => cx.reduce(l, "sum", &all_dims, false)?,
+        2 => cx.reduce(l, ReduceKind::Sum, &all_dims, false)?,
         other => return err(format!("unknown reduction {other}")),
     };
     let tw = if reduction == 0 { cx.scalar(Scalar::Int(0), dt)? } else { tw };

@@ -6,6 +6,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::ReduceKind;
 
 /// Computation dtype for normalization statistics (f32 for half types).
 pub(super) fn stat_dtype(d: DType) -> DType {
@@ -67,7 +68,7 @@ fn batch_stats(cx: &mut Ctx, x: ValueId, cd: DType) -> R<(ValueId, ValueId, Valu
     let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
     let xc = cx.convert(x, cd)?;
     let n = cx.count(xc, &dims, cd)?;
-    let s = cx.reduce(xc, "sum", &dims, false)?;
+    let s = cx.reduce(xc, ReduceKind::Sum, &dims, false)?;
     let c = cx.dims(s);
     let nb = cx.broadcast_to(n, &c)?;
     let mean = cx.bin(O::Div, s, nb)?;
@@ -75,7 +76,7 @@ fn batch_stats(cx: &mut Ctx, x: ValueId, cd: DType) -> R<(ValueId, ValueId, Valu
     let mb = cx.b.broadcast_in_dim(mean, &[1], shape)?;
     let d = cx.bin(O::Sub, xc, mb)?;
     let sq = cx.bin(O::Mul, d, d)?;
-    let ss = cx.reduce(sq, "sum", &dims, false)?;
+    let ss = cx.reduce(sq, ReduceKind::Sum, &dims, false)?;
     let var = cx.bin(O::Div, ss, nb)?;
     Ok((mean, var, n))
 }

@@ -6,6 +6,7 @@
 
 use super::*;
 use Opcode as O;
+use tpuc_ir::Direction;
 
 /// The lowest value of a dtype (max-pool padding).
 fn lowest(d: DType) -> Scalar {
@@ -231,9 +232,9 @@ fn max_pool_indices(cx: &mut Ctx, x: ValueId, pool: &Pool) -> R<ValueId> {
             .collect();
         let ic = cx.const_i64(&outs, &idx)?;
         let ib = cx.b.broadcast_in_dim(ic, &bdims, out_shape.clone())?;
-        let gt = cx.cmp("gt", v, best_v)?;
+        let gt = cx.cmp(Direction::Gt, v, best_v)?;
         let take = if dt.is_float() {
-            let nan = cx.cmp("ne", v, v)?;
+            let nan = cx.cmp(Direction::Ne, v, v)?;
             cx.bin(O::Or, gt, nan)?
         } else {
             gt
