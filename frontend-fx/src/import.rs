@@ -12,7 +12,7 @@ use crate::archive::Payloads;
 use crate::dtypes;
 use crate::error::{ImportError, NodeRef};
 use crate::ops::{self, Ctx, OutSlot, State, Val};
-use crate::schema::{self, Arg, ExportedProgram, TensorMeta};
+use crate::schema::{self, Arg, ArgValue, ExportedProgram, TensorMeta};
 use crate::sympy;
 use crate::{ConstValue, Imported, InputSlot, OutputSlot};
 use serde_json::Value;
@@ -100,6 +100,28 @@ fn collect_names(v: &Value, out: &mut HashSet<String>) {
     }
 }
 
+/// Collects every name an argument refers to, as [`collect_names`] does for its JSON form.
+fn names_in(a: &ArgValue, out: &mut HashSet<String>) {
+    let sym = |s: &schema::SymIntArg, out: &mut HashSet<String>| {
+        if let schema::SymIntArg::Name(n) = s {
+            out.insert(n.clone());
+        }
+    };
+    match a {
+        ArgValue::Json(v) => collect_names(v, out),
+        ArgValue::Decoded(a) => match a {
+            Arg::Tensor(n) => {
+                out.insert(n.clone());
+            }
+            Arg::Tensors(ns) => out.extend(ns.iter().cloned()),
+            Arg::OptTensors(ns) => out.extend(ns.iter().flatten().cloned()),
+            Arg::SymInt(s) => sym(s, out),
+            Arg::SymInts(ss) => ss.iter().for_each(|s| sym(s, out)),
+            _ => {}
+        },
+    }
+}
+
 /// Every symbol name in the program's size expressions.
 fn collect_symbols(prog: &ExportedProgram) -> Vec<String> {
     let ident = HashMap::new();
@@ -166,10 +188,10 @@ fn decode_constant(v: &Value) -> Result<ConstValue, ImportError> {
     const_value(&a).ok_or_else(|| ImportError::Signature(format!("unsupported constant input {v}")))
 }
 
-fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
+fn flatten_outputs(outputs: &[ArgValue]) -> Result<Vec<OutSlot>, ImportError> {
     let mut out = Vec::new();
     for o in outputs {
-        match schema::decode_arg(o)? {
+        match o.decode()? {
             Arg::Tensor(n) => out.push(OutSlot::Tensor(n)),
             Arg::Tensors(ns) => out.extend(ns.into_iter().map(OutSlot::Tensor)),
             Arg::OptTensors(ns) => out.extend(ns.into_iter().map(|n| n.map_or(OutSlot::None, OutSlot::Tensor))),
@@ -183,8 +205,10 @@ fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
                 }
             }
             Arg::None => out.push(OutSlot::None),
+            // Decoded while parsing, the other arms carry no name.
+            _ if o.json().is_none() => out.push(OutSlot::None),
             _ => {
-                let (k, x) = schema::union_arm(o)?;
+                let (k, x) = schema::union_arm(o.json().unwrap_or(&Value::Null))?;
                 let name = x.get("as_name").or_else(|| x.get("name")).and_then(Value::as_str).unwrap_or("");
                 if name.is_empty() {
                     out.push(OutSlot::None);
@@ -364,7 +388,7 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     let mut uses = HashSet::new();
     for n in &g.nodes {
         for a in &n.inputs {
-            collect_names(&a.arg, &mut uses);
+            names_in(&a.arg, &mut uses);
         }
     }
     for o in &g.outputs {
@@ -387,6 +411,7 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     let mut walk = Walk { module: &mut module, block, g, rename: &rename, views: HashSet::new() };
     let mut failures: Vec<ImportError> = Vec::new();
     let mut unknown: HashSet<String> = HashSet::new();
+    let mut frames: HashMap<&str, Option<String>> = HashMap::new();
     for (i, node) in g.nodes.iter().enumerate() {
         let outs = flatten_outputs(&node.outputs)?;
         let name = node
@@ -394,11 +419,15 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
             .clone()
             .or_else(|| outs.iter().find_map(|o| o.name().map(str::to_string)))
             .unwrap_or_else(|| format!("node{i}"));
-        let source = schema::stack_trace(node).and_then(schema::user_frame);
+        // Nodes of one source line share their trace: each distinct trace is read once.
+        let source = match schema::stack_trace(node) {
+            Some(t) => frames.entry(t).or_insert_with(|| schema::user_frame(t)).clone(),
+            None => None,
+        };
         let at = NodeRef { node: name, target: node.target.clone(), source };
         let reads_unknown = !unknown.is_empty() && {
             let mut names = HashSet::new();
-            node.inputs.iter().for_each(|a| collect_names(&a.arg, &mut names));
+            node.inputs.iter().for_each(|a| names_in(&a.arg, &mut names));
             names.iter().any(|n| unknown.contains(n))
         };
         if reads_unknown {
@@ -524,7 +553,7 @@ fn resolve(node: &schema::Node, at: &NodeRef, views: &HashSet<String>) -> Result
     let Some(f) = functional_form(&node.target).and_then(|t| ops::lookup(&t)) else {
         return Err(ImportError::UnsupportedOp { target: node.target.clone(), node: at.node.clone(), location: at.source.clone() });
     };
-    let self_name = node.inputs.first().and_then(|a| match schema::decode_arg(&a.arg) {
+    let self_name = node.inputs.first().and_then(|a| match a.arg.decode() {
         Ok(Arg::Tensor(n)) => Some(n),
         _ => None,
     });

@@ -20,8 +20,7 @@ pub mod shape;
 pub mod sym;
 
 use crate::dtypes::{self, Participant};
-use crate::schema::{self, Arg, Node, SymIntArg};
-use serde_json::Value;
+use crate::schema::{self, Arg, ArgValue, Node, SymIntArg};
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 use tpuc_ir::{infer, Attr, Attrs, Builder, DType, Dim, IrError, Opcode, Scalar, SymExpr, TensorData, TensorType, ValueId};
@@ -255,7 +254,7 @@ pub fn static_of(d: &Dim, what: &str) -> R<i64> {
 impl<'a, 'm> Ctx<'a, 'm> {
     // ---------------------------------------------------------------- arguments
 
-    fn raw(&self, name: &str) -> Option<&'a Value> {
+    fn raw(&self, name: &str) -> Option<&'a ArgValue> {
         self.node.inputs.iter().find(|a| a.name == name).map(|a| &a.arg)
     }
 
@@ -263,7 +262,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     pub fn get(&self, name: &str) -> R<Option<Arg>> {
         match self.raw(name) {
             None => Ok(None),
-            Some(v) => Ok(Some(schema::decode_arg(v)?)),
+            Some(v) => Ok(Some(v.decode()?)),
         }
     }
 
