@@ -6,16 +6,64 @@
 //! otherwise kept as JSON and decoded on use in the same way.
 
 use crate::error::ImportError;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hash map for the program's names (and the importer's own keys), with a hash much cheaper
+/// than the default's, which guards against keys chosen to collide (a hostile program can at
+/// worst slow its own import down).
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
+
+/// Word-at-a-time multiply-rotate hashing (the scheme of rustc's `FxHasher`).
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(last));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 #[derive(Deserialize, Debug)]
-pub struct ExportedProgram {
-    pub graph_module: GraphModule,
+pub struct ExportedProgram<'a> {
+    #[serde(borrow)]
+    pub graph_module: GraphModule<'a>,
     #[serde(default)]
     pub range_constraints: HashMap<String, Value>,
     #[serde(default)]
@@ -25,8 +73,9 @@ pub struct ExportedProgram {
 }
 
 #[derive(Deserialize, Debug)]
-pub struct GraphModule {
-    pub graph: Graph,
+pub struct GraphModule<'a> {
+    #[serde(borrow)]
+    pub graph: Graph<'a>,
     pub signature: Signature,
 }
 
@@ -39,44 +88,64 @@ pub struct Signature {
 }
 
 #[derive(Deserialize, Debug)]
-pub struct Graph {
+pub struct Graph<'a> {
     #[serde(default)]
     pub inputs: Vec<Value>,
     #[serde(default)]
     pub outputs: Vec<Value>,
+    #[serde(default, borrow)]
+    pub nodes: Vec<Node<'a>>,
     #[serde(default)]
-    pub nodes: Vec<Node>,
-    #[serde(default)]
-    pub tensor_values: HashMap<String, TensorMeta>,
+    pub tensor_values: FastMap<String, TensorMeta>,
     #[serde(default)]
     pub sym_int_values: HashMap<String, Value>,
 }
 
 #[derive(Deserialize, Debug)]
-pub struct Node {
+pub struct Node<'a> {
     pub target: String,
-    #[serde(default)]
-    pub inputs: Vec<NamedArgument>,
+    #[serde(default, borrow)]
+    pub inputs: Vec<NamedArgument<'a>>,
     #[serde(default)]
     pub outputs: Vec<ArgValue>,
-    #[serde(default)]
-    pub metadata: NodeMetadata,
+    #[serde(default, borrow)]
+    pub metadata: NodeMetadata<'a>,
     #[serde(default)]
     pub name: Option<String>,
 }
 
 /// The node metadata the importer reads; the rest (nn_module_stack, from_node, ...) is
 /// skipped without being materialized.
-#[derive(Deserialize, Debug, Default, PartialEq)]
-pub struct NodeMetadata {
+#[derive(Deserialize, Debug, Default)]
+pub struct NodeMetadata<'a> {
     /// The trace when it is a string (anything else is read, then dropped).
-    #[serde(default, deserialize_with = "string_or_none")]
-    pub stack_trace: Option<String>,
+    #[serde(default, borrow, deserialize_with = "string_or_none")]
+    pub stack_trace: Option<StackTrace<'a>>,
+}
+
+/// A Python stack trace as its JSON string literal, borrowed from the input: most nodes'
+/// traces are never needed as text, and nodes of one source line share one.
+#[derive(Clone, Copy, Debug)]
+pub struct StackTrace<'a>(&'a RawValue);
+
+impl<'a> StackTrace<'a> {
+    /// The string literal, quotes and escapes included (equal traces have equal literals, as
+    /// torch writes them).
+    pub fn literal(&self) -> &'a str {
+        self.0.get()
+    }
+
+    /// The trace.
+    pub fn text(&self) -> String {
+        // A string literal as the parser checked it, so this cannot fail.
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
 }
 
 #[derive(Deserialize, Debug)]
-pub struct NamedArgument {
-    pub name: String,
+pub struct NamedArgument<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
     pub arg: ArgValue,
     #[serde(default)]
     pub kind: Option<Value>,
@@ -334,8 +403,8 @@ pub fn decode_arg(v: &Value) -> Result<Arg, ImportError> {
 }
 
 /// The node's Python stack trace, when recorded.
-pub fn stack_trace(node: &Node) -> Option<&str> {
-    node.metadata.stack_trace.as_deref()
+pub fn stack_trace<'a>(node: &Node<'a>) -> Option<StackTrace<'a>> {
+    node.metadata.stack_trace
 }
 
 /// The innermost user frame of a Python stack trace, as `file.py:LINE in func`: the last frame
@@ -411,61 +480,28 @@ impl<'de> Deserialize<'de> for ArgValue {
         }
         match serde_json::from_str::<Value>(raw.get()) {
             Ok(v) => Ok(ArgValue::Json(Box::new(v))),
-            Err(e) => {
-                let msg = e.to_string();
-                let at = format!(" at line {} column {}", e.line(), e.column());
-                Err(de::Error::custom(msg.strip_suffix(&at).unwrap_or(&msg)))
-            }
+            Err(e) => Err(json_error(&e)),
         }
     }
 }
 
-/// `Option<String>`: a string, or `None` for any other JSON value (which is still parsed in
-/// full, so that it is checked as strictly as any other value).
-fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("any value")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-            Ok(Some(s.to_string()))
-        }
-        fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
-            Ok(Some(s))
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_any(V)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-            Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-            Ok(None)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-            Ok(None)
-        }
+/// A string's literal, or `None` for any other JSON value (which is still parsed in full, so
+/// that it is checked as strictly as any other value).
+fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StackTrace<'de>>, D::Error> {
+    let raw = <&'de RawValue>::deserialize(d)?;
+    if raw.get().starts_with('"') {
+        return Ok(Some(StackTrace(raw)));
     }
-    d.deserialize_any(V)
+    serde_json::from_str::<Value>(raw.get()).map_err(|e| json_error(&e))?;
+    Ok(None)
+}
+
+/// A JSON error met re-reading part of the input, without the position (which is relative to
+/// that part; the parser adds where it is in the input).
+fn json_error<E: de::Error>(e: &serde_json::Error) -> E {
+    let msg = e.to_string();
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    E::custom(msg.strip_suffix(&at).unwrap_or(&msg))
 }
 
 /// The fast path of [`ArgValue`]: the arms torch writes, in exactly the shapes it writes them.
@@ -671,10 +707,11 @@ mod tests {
     #[test]
     fn stack_traces_are_strings_or_none() {
         let m: NodeMetadata = serde_json::from_str(r#"{"stack_trace": "File \"a.py\", line 1, in f"}"#).unwrap();
-        assert_eq!(m.stack_trace.as_deref(), Some("File \"a.py\", line 1, in f"));
+        assert_eq!(m.stack_trace.map(|t| t.text()).as_deref(), Some("File \"a.py\", line 1, in f"));
         for other in ["null", "3", "[1, {}]", r#"{"a": [true]}"#] {
-            let m: NodeMetadata = serde_json::from_str(&format!(r#"{{"stack_trace": {other}}}"#)).unwrap();
-            assert_eq!(m.stack_trace, None, "{other}");
+            let text = format!(r#"{{"stack_trace": {other}}}"#);
+            let m: NodeMetadata = serde_json::from_str(&text).unwrap();
+            assert!(m.stack_trace.is_none(), "{other}");
         }
         assert!(serde_json::from_str::<NodeMetadata>(r#"{"stack_trace": [1e999]}"#).is_err());
     }

@@ -21,7 +21,7 @@ pub mod sym;
 
 use crate::dtypes::{self, Participant};
 use crate::schema::{self, Arg, ArgValue, Node, SymIntArg};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use tpuc_ir::{infer, Attr, Attrs, Builder, DType, Dim, IrError, Opcode, Scalar, SymExpr, TensorData, TensorType, ValueId};
 
@@ -127,9 +127,9 @@ pub enum Operand {
 
 /// Read-only importer state the lowerings see.
 pub struct State<'p> {
-    pub env: HashMap<String, Val>,
-    pub metas: &'p HashMap<String, schema::TensorMeta>,
-    pub uses: HashSet<String>,
+    pub env: schema::FastMap<String, Val>,
+    pub metas: &'p schema::FastMap<String, schema::TensorMeta>,
+    pub uses: schema::FastSet<String>,
     /// Symbol name → the SymInt argument carrying its value at run time.
     pub sym_args: HashMap<String, ValueId>,
     /// torch symbol name → module symbol name.
@@ -157,7 +157,7 @@ impl OutSlot {
 /// The context of one node's lowering.
 pub struct Ctx<'a, 'm> {
     pub b: Builder<'m>,
-    pub node: &'a Node,
+    pub node: &'a Node<'a>,
     pub st: &'a State<'a>,
     pub outs: &'a [OutSlot],
 }
