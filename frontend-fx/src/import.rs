@@ -12,10 +12,11 @@ use crate::archive::Payloads;
 use crate::dtypes;
 use crate::error::{ImportError, NodeRef};
 use crate::ops::{self, Ctx, OutSlot, State, Val};
-use crate::schema::{self, Arg, ExportedProgram, TensorMeta};
+use crate::schema::{self, Arg, ArgValue, ExportedProgram, FastMap, FastSet, TensorMeta};
 use crate::sympy;
 use crate::{ConstValue, Imported, InputSlot, OutputSlot};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tpuc_ir::{ArgInfo, ArgKind, Builder, DType, Dim, Loc, Module, ResultInfo, ResultKind, SymExpr, TensorData, TensorType, ValueId};
 
@@ -82,7 +83,7 @@ fn range_bound(v: Option<&Value>) -> Option<i64> {
 }
 
 /// Collects every name an argument value refers to (`name` / `as_name` strings).
-fn collect_names(v: &Value, out: &mut HashSet<String>) {
+fn collect_names<S: std::hash::BuildHasher>(v: &Value, out: &mut HashSet<String, S>) {
     match v {
         Value::Object(m) => {
             for (k, x) in m {
@@ -100,8 +101,30 @@ fn collect_names(v: &Value, out: &mut HashSet<String>) {
     }
 }
 
+/// Collects every name an argument refers to, as [`collect_names`] does for its JSON form.
+fn names_in<S: std::hash::BuildHasher>(a: &ArgValue, out: &mut HashSet<String, S>) {
+    let sym = |s: &schema::SymIntArg, out: &mut HashSet<String, S>| {
+        if let schema::SymIntArg::Name(n) = s {
+            out.insert(n.clone());
+        }
+    };
+    match a {
+        ArgValue::Json(v) => collect_names(v, out),
+        ArgValue::Decoded(a) => match a {
+            Arg::Tensor(n) => {
+                out.insert(n.clone());
+            }
+            Arg::Tensors(ns) => out.extend(ns.iter().cloned()),
+            Arg::OptTensors(ns) => out.extend(ns.iter().flatten().cloned()),
+            Arg::SymInt(s) => sym(s, out),
+            Arg::SymInts(ss) => ss.iter().for_each(|s| sym(s, out)),
+            _ => {}
+        },
+    }
+}
+
 /// Every symbol name in the program's size expressions.
-fn collect_symbols(prog: &ExportedProgram) -> Vec<String> {
+fn collect_symbols(prog: &ExportedProgram<'_>) -> Vec<String> {
     let ident = HashMap::new();
     let mut names: Vec<String> = Vec::new();
     let mut seen = HashSet::new();
@@ -120,7 +143,9 @@ fn collect_symbols(prog: &ExportedProgram) -> Vec<String> {
         add(k);
     }
     let g = &prog.graph_module.graph;
-    let mut metas: Vec<(&String, &TensorMeta)> = g.tensor_values.iter().collect();
+    // By tensor name, of the tensors with symbolic sizes.
+    let mut metas: Vec<(&String, &TensorMeta)> =
+        g.tensor_values.iter().filter(|(_, m)| m.sizes.iter().any(|s| matches!(s, schema::SymIntJson::Expr(_)))).collect();
     metas.sort_by(|a, b| a.0.cmp(b.0));
     for (_, m) in metas {
         for s in &m.sizes {
@@ -166,10 +191,10 @@ fn decode_constant(v: &Value) -> Result<ConstValue, ImportError> {
     const_value(&a).ok_or_else(|| ImportError::Signature(format!("unsupported constant input {v}")))
 }
 
-fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
+fn flatten_outputs(outputs: &[ArgValue]) -> Result<Vec<OutSlot>, ImportError> {
     let mut out = Vec::new();
     for o in outputs {
-        match schema::decode_arg(o)? {
+        match o.decode()? {
             Arg::Tensor(n) => out.push(OutSlot::Tensor(n)),
             Arg::Tensors(ns) => out.extend(ns.into_iter().map(OutSlot::Tensor)),
             Arg::OptTensors(ns) => out.extend(ns.into_iter().map(|n| n.map_or(OutSlot::None, OutSlot::Tensor))),
@@ -183,8 +208,10 @@ fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
                 }
             }
             Arg::None => out.push(OutSlot::None),
+            // Decoded while parsing, the other arms carry no name.
+            _ if o.json().is_none() => out.push(OutSlot::None),
             _ => {
-                let (k, x) = schema::union_arm(o)?;
+                let (k, x) = schema::union_arm(o.json().unwrap_or(&Value::Null))?;
                 let name = x.get("as_name").or_else(|| x.get("name")).and_then(Value::as_str).unwrap_or("");
                 if name.is_empty() {
                     out.push(OutSlot::None);
@@ -198,7 +225,7 @@ fn flatten_outputs(outputs: &[Value]) -> Result<Vec<OutSlot>, ImportError> {
     Ok(out)
 }
 
-pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>) -> Result<Imported, ImportError> {
+pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloads>) -> Result<Imported, ImportError> {
     let g = &prog.graph_module.graph;
     let mut module = Module::new();
 
@@ -251,19 +278,19 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     };
 
     // ---- inputs
-    let mut env: HashMap<String, Val> = HashMap::new();
+    let mut env: FastMap<String, Val> = FastMap::default();
     let mut args: Vec<(TensorType, ArgInfo)> = Vec::new();
     let mut arg_names: Vec<String> = Vec::new(); // FX placeholder name per argument
     let mut inputs: Vec<InputSlot> = Vec::new();
     let mut weight_args: Vec<(String, TensorType)> = Vec::new();
     let mut sym_inputs: Vec<(usize, SymExpr)> = Vec::new();
 
-    let specs: Vec<Value> = if prog.graph_module.signature.input_specs.is_empty() {
+    let specs: Cow<[Value]> = if prog.graph_module.signature.input_specs.is_empty() {
         g.inputs.iter().map(|a| serde_json::json!({ "user_input": { "arg": a } })).collect()
     } else {
-        prog.graph_module.signature.input_specs.clone()
+        Cow::Borrowed(&prog.graph_module.signature.input_specs)
     };
-    for spec in &specs {
+    for spec in specs.iter() {
         let (kind, body) = schema::union_arm(spec)?;
         let weight = |field: &str, kind: ArgKind| -> Result<(String, String, ArgKind), ImportError> {
             let arg = schema::tensor_name(schema::field(body, "arg")?)?;
@@ -361,10 +388,10 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     }
 
     // ---- uses
-    let mut uses = HashSet::new();
+    let mut uses = FastSet::default();
     for n in &g.nodes {
         for a in &n.inputs {
-            collect_names(&a.arg, &mut uses);
+            names_in(&a.arg, &mut uses);
         }
     }
     for o in &g.outputs {
@@ -387,6 +414,7 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     let mut walk = Walk { module: &mut module, block, g, rename: &rename, views: HashSet::new() };
     let mut failures: Vec<ImportError> = Vec::new();
     let mut unknown: HashSet<String> = HashSet::new();
+    let mut frames: FastMap<&str, Option<String>> = FastMap::default();
     for (i, node) in g.nodes.iter().enumerate() {
         let outs = flatten_outputs(&node.outputs)?;
         let name = node
@@ -394,11 +422,15 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
             .clone()
             .or_else(|| outs.iter().find_map(|o| o.name().map(str::to_string)))
             .unwrap_or_else(|| format!("node{i}"));
-        let source = schema::stack_trace(node).and_then(schema::user_frame);
+        // Nodes of one source line share their trace: each distinct trace is read once.
+        let source = match schema::stack_trace(node) {
+            Some(t) => frames.entry(t.literal()).or_insert_with(|| schema::user_frame(&t.text())).clone(),
+            None => None,
+        };
         let at = NodeRef { node: name, target: node.target.clone(), source };
         let reads_unknown = !unknown.is_empty() && {
             let mut names = HashSet::new();
-            node.inputs.iter().for_each(|a| collect_names(&a.arg, &mut names));
+            node.inputs.iter().for_each(|a| names_in(&a.arg, &mut names));
             names.iter().any(|n| unknown.contains(n))
         };
         if reads_unknown {
@@ -434,15 +466,15 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
     }
 
     // ---- outputs
-    let out_specs: Vec<Value> = if prog.graph_module.signature.output_specs.is_empty() {
+    let out_specs: Cow<[Value]> = if prog.graph_module.signature.output_specs.is_empty() {
         g.outputs.iter().map(|a| serde_json::json!({ "user_output": { "arg": a } })).collect()
     } else {
-        prog.graph_module.signature.output_specs.clone()
+        Cow::Borrowed(&prog.graph_module.signature.output_specs)
     };
     let mut results: Vec<ValueId> = Vec::new();
     let mut result_infos: Vec<ResultInfo> = Vec::new();
     let mut outputs: Vec<OutputSlot> = Vec::new();
-    for spec in &out_specs {
+    for spec in out_specs.iter() {
         let (kind, body) = schema::union_arm(spec)?;
         let arg_v = schema::field(body, "arg")?;
         let named = |field: &str| -> Result<String, ImportError> { Ok(schema::as_str(schema::field(body, field)?)?.to_string()) };
@@ -515,7 +547,7 @@ pub(crate) fn import_program(prog: &ExportedProgram, payloads: Option<Payloads>)
 
 /// How a node is lowered: its op's lowering and, for an in-place op lowered through its
 /// functional form, the name of the tensor it mutates.
-fn resolve(node: &schema::Node, at: &NodeRef, views: &HashSet<String>) -> Result<(ops::OpFn, Option<String>), ImportError> {
+fn resolve(node: &schema::Node<'_>, at: &NodeRef, views: &HashSet<String>) -> Result<(ops::OpFn, Option<String>), ImportError> {
     if let Some(f) = ops::lookup(&node.target) {
         return Ok((f, None));
     }
@@ -524,7 +556,7 @@ fn resolve(node: &schema::Node, at: &NodeRef, views: &HashSet<String>) -> Result
     let Some(f) = functional_form(&node.target).and_then(|t| ops::lookup(&t)) else {
         return Err(ImportError::UnsupportedOp { target: node.target.clone(), node: at.node.clone(), location: at.source.clone() });
     };
-    let self_name = node.inputs.first().and_then(|a| match schema::decode_arg(&a.arg) {
+    let self_name = node.inputs.first().and_then(|a| match a.arg.decode() {
         Ok(Arg::Tensor(n)) => Some(n),
         _ => None,
     });
@@ -544,7 +576,7 @@ fn resolve(node: &schema::Node, at: &NodeRef, views: &HashSet<String>) -> Result
 struct Walk<'a, 'p> {
     module: &'a mut Module,
     block: tpuc_ir::BlockId,
-    g: &'p schema::Graph,
+    g: &'p schema::Graph<'p>,
     rename: &'a HashMap<String, String>,
     /// Names of view-op results (in-place updates of them are not supported).
     views: HashSet<String>,
@@ -552,7 +584,7 @@ struct Walk<'a, 'p> {
 
 impl Walk<'_, '_> {
     /// Lowers one node and binds its outputs in `st.env`.
-    fn node(&mut self, node: &schema::Node, outs: &[OutSlot], at: &NodeRef, st: &mut State) -> Result<(), ImportError> {
+    fn node(&mut self, node: &schema::Node<'_>, outs: &[OutSlot], at: &NodeRef, st: &mut State) -> Result<(), ImportError> {
         let boxed = || Box::new(at.clone());
         let (f, inplace_self) = resolve(node, at, &self.views)?;
         if is_view_op(&node.target) {

@@ -145,8 +145,14 @@ fn import_archive(data: Bytes) -> Result<Imported, ImportError> {
 }
 
 fn import_json(json: &[u8], file: &str, payloads: Option<archive::Payloads>) -> Result<Imported, ImportError> {
+    // Valid UTF-8 (as it should be) is checked once, not string by string; anything else is
+    // parsed as bytes, to fail where the parser meets the bad byte.
+    let parsed = match std::str::from_utf8(json) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(json),
+    };
     let prog: schema::ExportedProgram =
-        serde_json::from_slice(json).map_err(|e| ImportError::Json { file: file.to_string(), message: e.to_string() })?;
+        parsed.map_err(|e| ImportError::Json { file: file.to_string(), message: e.to_string() })?;
     import::import_program(&prog, payloads)
 }
 

@@ -20,9 +20,8 @@ pub mod shape;
 pub mod sym;
 
 use crate::dtypes::{self, Participant};
-use crate::schema::{self, Arg, Node, SymIntArg};
-use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use crate::schema::{self, Arg, ArgValue, Node, SymIntArg};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use tpuc_ir::{infer, Attr, Attrs, Builder, DType, Dim, IrError, Opcode, Scalar, SymExpr, TensorData, TensorType, ValueId};
 use tpuc_ir::{Direction, ReduceKind};
@@ -129,9 +128,9 @@ pub enum Operand {
 
 /// Read-only importer state the lowerings see.
 pub struct State<'p> {
-    pub env: HashMap<String, Val>,
-    pub metas: &'p HashMap<String, schema::TensorMeta>,
-    pub uses: HashSet<String>,
+    pub env: schema::FastMap<String, Val>,
+    pub metas: &'p schema::FastMap<String, schema::TensorMeta>,
+    pub uses: schema::FastSet<String>,
     /// Symbol name → the SymInt argument carrying its value at run time.
     pub sym_args: HashMap<String, ValueId>,
     /// torch symbol name → module symbol name.
@@ -159,7 +158,7 @@ impl OutSlot {
 /// The context of one node's lowering.
 pub struct Ctx<'a, 'm> {
     pub b: Builder<'m>,
-    pub node: &'a Node,
+    pub node: &'a Node<'a>,
     pub st: &'a State<'a>,
     pub outs: &'a [OutSlot],
 }
@@ -256,7 +255,7 @@ pub fn static_of(d: &Dim, what: &str) -> R<i64> {
 impl<'a, 'm> Ctx<'a, 'm> {
     // ---------------------------------------------------------------- arguments
 
-    fn raw(&self, name: &str) -> Option<&'a Value> {
+    fn raw(&self, name: &str) -> Option<&'a ArgValue> {
         self.node.inputs.iter().find(|a| a.name == name).map(|a| &a.arg)
     }
 
@@ -264,7 +263,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     pub fn get(&self, name: &str) -> R<Option<Arg>> {
         match self.raw(name) {
             None => Ok(None),
-            Some(v) => Ok(Some(schema::decode_arg(v)?)),
+            Some(v) => Ok(Some(v.decode()?)),
         }
     }
 
