@@ -9,6 +9,7 @@
 //! merged.
 
 use crate::{Pass, PassError};
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use tpuc_ir::opcode::traits::COMMUTATIVE;
@@ -52,28 +53,25 @@ fn hash_attrs(a: &Attrs, h: &mut impl Hasher) {
     }
 }
 
-struct Key {
-    op: OpId,
-}
-
-fn operands_key(m: &Module, op: OpId) -> Vec<ValueId> {
+/// The operands in a canonical order (sorted for commutative ops), without allocating.
+fn operands_key(m: &Module, op: OpId) -> SmallVec<[ValueId; 4]> {
     let d = &m.ops[op];
-    let mut ops: Vec<ValueId> = d.operands.to_vec();
+    let mut ops: SmallVec<[ValueId; 4]> = d.operands.iter().copied().collect();
     if d.opcode.has_trait(COMMUTATIVE) {
         ops.sort();
     }
     ops
 }
 
-fn result_types(m: &Module, op: OpId) -> Vec<&TensorType> {
-    m.ops[op].results.iter().map(|&r| &m.values[r].ty).collect()
+fn result_types(m: &Module, op: OpId) -> impl Iterator<Item = &TensorType> + '_ {
+    m.ops[op].results.iter().map(|&r| &m.values[r].ty)
 }
 
 fn same(m: &Module, a: OpId, b: OpId) -> bool {
     let (da, db) = (&m.ops[a], &m.ops[b]);
     da.opcode == db.opcode
         && operands_key(m, a) == operands_key(m, b)
-        && result_types(m, a) == result_types(m, b)
+        && result_types(m, a).eq(result_types(m, b))
         && attrs_eq(&da.attrs, &db.attrs)
 }
 
@@ -85,7 +83,7 @@ impl Pass for Cse {
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
         let mut changed = false;
         for b in crate::util::all_blocks(m) {
-            let mut seen: HashMap<u64, Vec<Key>> = HashMap::new();
+            let mut seen: HashMap<u64, SmallVec<[OpId; 1]>> = HashMap::new();
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
                 if !d.opcode.is_pure() || d.opcode.is_terminator() || !d.regions.is_empty() || d.results.is_empty() {
@@ -100,8 +98,7 @@ impl Pass for Cse {
                 hash_attrs(&d.attrs, &mut h);
                 let hash = h.finish();
                 let bucket = seen.entry(hash).or_default();
-                if let Some(k) = bucket.iter().find(|k| same(m, k.op, op)) {
-                    let keep = k.op;
+                if let Some(&keep) = bucket.iter().find(|&&k| same(m, k, op)) {
                     let pairs: Vec<(ValueId, ValueId)> =
                         m.ops[op].results.iter().copied().zip(m.ops[keep].results.iter().copied()).collect();
                     for (from, to) in pairs {
@@ -110,7 +107,7 @@ impl Pass for Cse {
                     m.erase_op(op);
                     changed = true;
                 } else {
-                    bucket.push(Key { op });
+                    bucket.push(op);
                 }
             }
         }
