@@ -671,18 +671,6 @@ impl Module {
         }
     }
 
-    /// Uses of every value from attached ops.
-    pub fn use_counts(&self) -> SecondaryMap<ValueId, u32> {
-        let mut counts = SecondaryMap::with_default(0u32);
-        for (v, d) in self.values.iter() {
-            let n = d.uses.iter().filter(|u| self.ops[u.op].block.is_some()).count() as u32;
-            if n > 0 {
-                counts.set(v, n);
-            }
-        }
-        counts
-    }
-
     /// Every mismatch between the operands of ops that are not erased and the use lists
     /// (none in a module changed only through this API).
     pub fn use_list_errors(&self) -> Vec<String> {
@@ -710,11 +698,6 @@ impl Module {
     }
 
     // ---------------------------------------------------------------- compaction
-
-    /// Number of erased ops still in the arena.
-    pub fn num_garbage_ops(&self) -> usize {
-        self.ops.values().filter(|d| d.erased).count()
-    }
 
     /// Drops erased ops, their results and regions, and every block, region, value and
     /// location no function reaches, renumbering the rest in walk order (as naga's

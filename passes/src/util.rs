@@ -156,11 +156,6 @@ impl<'m> Inserter<'m> {
     }
 }
 
-/// Erases `op` and, recursively, the ops of its regions.
-pub fn erase_op(m: &mut Module, op: OpId) {
-    m.erase_op(op);
-}
-
 /// Replaces every use of `op`'s single result by `v` and erases `op`.
 pub fn replace_op(m: &mut Module, op: OpId, v: ValueId) {
     let r = m.ops[op].results[0];

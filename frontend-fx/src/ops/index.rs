@@ -30,7 +30,7 @@ pub const OPS: &[(&str, OpFn)] = &[
 ];
 
 /// `[*idx, rank]` coordinates: `idx` along `dim`, iotas along the others.
-fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -> R<ValueId> {
+pub(crate) fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -> R<ValueId> {
     let shape = cx.dims(idx);
     let mut col = shape.clone();
     col.push(Dim::Static(1));
@@ -42,7 +42,8 @@ fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -> R<ValueId
     Ok(cx.b.concatenate(&parts, shape.len() as i64)?)
 }
 
-fn elementwise_gather(cx: &mut Ctx, x: ValueId, coords: ValueId) -> R<ValueId> {
+/// `x[coords[..., :]]` for every coordinate row: a gather of single elements.
+pub(crate) fn elementwise_gather(cx: &mut Ctx, x: ValueId, coords: ValueId) -> R<ValueId> {
     let r = cx.rank(x) as i64;
     let all: Vec<i64> = (0..r).collect();
     let attrs = Attrs::new()

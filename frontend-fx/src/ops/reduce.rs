@@ -363,13 +363,18 @@ fn std_mean(cx: &mut Ctx) -> R<Vec<Val>> {
     var_like(cx, true, true)
 }
 
-/// `log(sum(exp(x - m))) + m` with `m = amax(x)` (infinite maxima replaced by 0), as ATen.
 fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let x = cx.float_of(x)?;
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
-    let m = cx.reduce(x, ReduceKind::Max, &dims, true)?;
+    one(logsumexp_v(cx, x, &dims, k)?)
+}
+
+/// `log(sum(exp(x - m))) + m` over `dims` with `m = amax(x)` (infinite maxima replaced by 0),
+/// as ATen computes it.
+pub fn logsumexp_v(cx: &mut Ctx, x: ValueId, dims: &[usize], k: bool) -> R<ValueId> {
+    let m = cx.reduce(x, ReduceKind::Max, dims, true)?;
     let am = cx.un(O::Abs, m)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
     let is_inf = cx.cmp(Direction::Eq, am, inf)?;
@@ -379,10 +384,10 @@ fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let mb = cx.broadcast_to(m, &shape)?;
     let d = cx.bin(O::Sub, x, mb)?;
     let e = cx.un(O::Exp, d)?;
-    let s = cx.reduce(e, ReduceKind::Sum, &dims, k)?;
+    let s = cx.reduce(e, ReduceKind::Sum, dims, k)?;
     let l = cx.un(O::Log, s)?;
     let m2 = if k { m } else { cx.reshape(m, cx.dims(l))? };
-    one(cx.bin(O::Add, l, m2)?)
+    cx.bin(O::Add, l, m2)
 }
 
 fn norm_v(cx: &mut Ctx, x: ValueId, ord: f64, dims: &[usize], keep: bool) -> R<ValueId> {

@@ -105,7 +105,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
         Opcode::BroadcastInDim => {
             let x = &args[0];
             let bd = a.ints("broadcast_dimensions")?;
-            let xs = strides(&x.dims);
+            let xs = super::strides(&x.dims);
             // Source stride of each result dim (0 where the operand has no such dim or size 1).
             let mut src = vec![0i64; dims.len()];
             for (k, &rd) in bd.iter().enumerate() {
@@ -118,7 +118,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
         Opcode::Transpose => {
             let x = &args[0];
             let p = a.ints("permutation")?;
-            let xs = strides(&x.dims);
+            let xs = super::strides(&x.dims);
             let src: Vec<i64> = p.iter().map(|&k| xs[k as usize]).collect();
             gather(&dims, &src, &x.vals)
         }
@@ -167,10 +167,6 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
         _ => return None,
     };
     (vals.len() == n).then_some(Col { dims, dtype, vals })
-}
-
-fn strides(dims: &[i64]) -> Vec<i64> {
-    super::strides(dims)
 }
 
 /// Result element at multi-index `idx` = `src[Σ idx[d] · src_stride[d]]`, in row-major order.

@@ -4,7 +4,7 @@
 
 use super::*;
 use Opcode as O;
-use tpuc_ir::{Direction, ReduceKind};
+use tpuc_ir::Direction;
 
 /// Repeats the head dim (-3) of `k` `rep` times, each head consecutively (repeat_interleave).
 fn repeat_heads(cx: &mut Ctx, k: ValueId, rep: i64) -> R<ValueId> {
@@ -137,21 +137,7 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     };
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
-    let m = cx.reduce(s, ReduceKind::Max, &[r - 1], true)?;
-    let am = cx.un(O::Abs, m)?;
-    let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
-    let is_inf = cx.cmp(Direction::Eq, am, inf)?;
-    let z = cx.full_like(Scalar::Float(0.0), m)?;
-    let m = cx.select(is_inf, z, m)?;
-    let shape = cx.dims(s);
-    let mb = cx.broadcast_to(m, &shape)?;
-    let d = cx.bin(O::Sub, s, mb)?;
-    let e = cx.un(O::Exp, d)?;
-    let sum = cx.reduce(e, ReduceKind::Sum, &[r - 1], false)?;
-    let l = cx.un(O::Log, sum)?;
-    let sh = cx.dims(l);
-    let m2 = cx.reshape(m, sh)?;
-    cx.bin(O::Add, l, m2)
+    crate::ops::reduce::logsumexp_v(cx, s, &[r - 1], false)
 }
 
 pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {

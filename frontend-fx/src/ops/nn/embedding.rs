@@ -55,27 +55,8 @@ pub(super) fn nll_loss_forward(cx: &mut Ctx) -> R<Vec<Val>> {
     let (w, safe) = crate::ops::backward::nll_weights(cx, target, weight, ignore, dt)?;
     let idx = crate::ops::shape::unsqueeze_v(cx, safe, cdim as i64)?;
     // picked = x.gather(cdim, target.unsqueeze(cdim)).squeeze(cdim)
-    let coords = {
-        let shape = cx.dims(idx);
-        let mut col = shape.clone();
-        col.push(Dim::Static(1));
-        let mut parts = Vec::new();
-        for j in 0..r {
-            let v = if j == cdim { idx } else { cx.iota(DType::I64, &shape, j)? };
-            parts.push(cx.reshape(v, col.clone())?);
-        }
-        cx.b.concatenate(&parts, shape.len() as i64)?
-    };
-    let all: Vec<i64> = (0..r as i64).collect();
-    let attrs = Attrs::new()
-        .with("offset_dims", Attr::Ints(vec![]))
-        .with("collapsed_slice_dims", Attr::Ints(all.clone()))
-        .with("operand_batching_dims", Attr::Ints(vec![]))
-        .with("start_indices_batching_dims", Attr::Ints(vec![]))
-        .with("start_index_map", Attr::Ints(all))
-        .with("index_vector_dim", Attr::Int(r as i64))
-        .with("slice_sizes", Attr::Ints(vec![1; r]));
-    let picked = cx.b.build1(O::Gather, &[x, coords], attrs, None)?;
+    let coords = crate::ops::index::full_coords(cx, idx, cdim, r)?;
+    let picked = crate::ops::index::elementwise_gather(cx, x, coords)?;
     let picked = cx.reshape(picked, cx.dims(w))?;
     let l = cx.bin(O::Mul, picked, w)?;
     let l = cx.un(O::Neg, l)?;

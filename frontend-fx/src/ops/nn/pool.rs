@@ -341,15 +341,22 @@ pub fn apply_along(cx: &mut Ctx, x: ValueId, d: usize, m: ValueId) -> R<ValueId>
     cx.transpose(y, &perm)
 }
 
-pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
+/// The operands of adaptive pooling: input, output sizes, input dims and the number of leading
+/// (not pooled) dims.
+fn adaptive_args(cx: &mut Ctx) -> R<(ValueId, Vec<i64>, Vec<Dim>, usize)> {
     let x = cx.t("self")?;
     let os = cx.ints("output_size")?;
     let dims = cx.dims(x);
-    let nsp = os.len();
-    if dims.len() < nsp + 1 {
+    if dims.len() < os.len() + 1 {
         return err("adaptive pooling: input rank too small");
     }
-    let lead = dims.len() - nsp;
+    let lead = dims.len() - os.len();
+    Ok((x, os, dims, lead))
+}
+
+pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, os, dims, lead) = adaptive_args(cx)?;
+    let nsp = os.len();
     let xd = cx.dtype(x);
     let mut divisible = true;
     let mut ns = Vec::new();
@@ -384,14 +391,7 @@ pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 
 pub(super) fn adaptive_max_pool(cx: &mut Ctx) -> R<Vec<Val>> {
-    let x = cx.t("self")?;
-    let os = cx.ints("output_size")?;
-    let dims = cx.dims(x);
-    let nsp = os.len();
-    if dims.len() < nsp + 1 {
-        return err("adaptive pooling: input rank too small");
-    }
-    let lead = dims.len() - nsp;
+    let (x, os, dims, lead) = adaptive_args(cx)?;
     let mut wins = Vec::new();
     for (i, &o) in os.iter().enumerate() {
         let n = static_of(&dims[lead + i], "pooled dim")?;
