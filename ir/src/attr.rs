@@ -287,35 +287,52 @@ impl Attr {
 
 /// The attributes of one op, sorted by name (so printing is deterministic).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Attrs(Vec<(String, Attr)>);
+pub struct Attrs(Vec<(AttrName, Attr)>);
+
+/// An attribute's name: the op table's names are `'static` (no allocation to build, clone or
+/// drop an op's attributes); a name read from text that no op declares is owned.
+pub type AttrName = std::borrow::Cow<'static, str>;
+
+/// `name` as an [`AttrName`], borrowed from the op table when some op declares it.
+pub fn attr_name(name: &str) -> AttrName {
+    static NAMES: std::sync::OnceLock<std::collections::HashSet<&'static str>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        crate::Opcode::ALL.iter().flat_map(|op| op.info().attrs.iter().map(|a| a.name)).collect()
+    });
+    match names.get(name) {
+        Some(&s) => AttrName::Borrowed(s),
+        None => AttrName::Owned(name.to_string()),
+    }
+}
 
 impl Attrs {
     pub fn new() -> Self {
         Attrs(Vec::new())
     }
 
-    pub fn with(mut self, name: &str, value: Attr) -> Self {
+    pub fn with(mut self, name: impl Into<AttrName>, value: Attr) -> Self {
         self.set(name, value);
         self
     }
 
-    pub fn set(&mut self, name: &str, value: Attr) {
-        match self.0.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
+    pub fn set(&mut self, name: impl Into<AttrName>, value: Attr) {
+        let name = name.into();
+        match self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name.as_ref())) {
             Ok(i) => self.0[i].1 = value,
-            Err(i) => self.0.insert(i, (name.to_string(), value)),
+            Err(i) => self.0.insert(i, (name, value)),
         }
     }
 
     pub fn get(&self, name: &str) -> Option<&Attr> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name)).ok().map(|i| &self.0[i].1)
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name)).ok().map(|i| &self.0[i].1)
     }
 
     pub fn remove(&mut self, name: &str) -> Option<Attr> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name)).ok().map(|i| self.0.remove(i).1)
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name)).ok().map(|i| self.0.remove(i).1)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Attr)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v))
+        self.0.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
     pub fn len(&self) -> usize {

@@ -23,7 +23,7 @@ use crate::entity::{entity_id, PrimaryMap, SecondaryMap};
 use crate::infer::check_op;
 use crate::opcode::Opcode;
 use crate::sym::SymbolTable;
-use crate::types::{Dim, TensorType};
+use crate::types::{Dim, Dims, TensorType};
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -704,19 +704,22 @@ impl Module {
     /// `compact`). Ids held across the call are invalid afterwards. Detached ops that are not
     /// erased are dropped too. The printed module is unchanged.
     pub fn compact(&mut self) {
-        let mut new = Module { symbols: std::mem::take(&mut self.symbols), ..Module::default() };
+        // The old module is consumed: attributes, types and locations move, nothing is cloned.
+        let mut old = std::mem::take(self);
+        let mut new = Module { symbols: std::mem::take(&mut old.symbols), ..Module::default() };
         let mut vmap: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::with_default(None);
         let mut lmap: SecondaryMap<LocId, Option<LocId>> = SecondaryMap::with_default(None);
-        let funcs = std::mem::take(&mut self.funcs);
-        for f in &funcs {
-            let body = self.compact_region(f.body, None, &mut new, &mut vmap, &mut lmap);
-            new.funcs.push(Func { name: f.name.clone(), body, args: f.args.clone(), results: f.results.clone() });
+        let funcs = std::mem::take(&mut old.funcs);
+        for f in funcs {
+            let body = old.compact_region(f.body, None, &mut new, &mut vmap, &mut lmap);
+            new.funcs.push(Func { name: f.name, body, args: f.args, results: f.results });
         }
         *self = new;
     }
 
+    /// Moves region `r` of `self` (being compacted away) into `new`.
     fn compact_region(
-        &self,
+        &mut self,
         r: RegionId,
         parent: Option<OpId>,
         new: &mut Module,
@@ -724,32 +727,39 @@ impl Module {
         lmap: &mut SecondaryMap<LocId, Option<LocId>>,
     ) -> RegionId {
         let nr = new.regions.push(RegionData { blocks: Vec::new(), parent });
-        for &b in &self.regions[r].blocks {
+        for b in std::mem::take(&mut self.regions[r].blocks) {
             let nb = new.blocks.push(BlockData::new(Some(nr)));
             new.regions[nr].blocks.push(nb);
             for (i, &a) in self.blocks[b].args.iter().enumerate() {
-                let na = new.values.push(ValueData::new(self.values[a].ty.clone(), ValueDef::BlockArg { block: nb, index: i as u32 }));
+                let ty = take_type(&mut self.values[a].ty);
+                let na = new.values.push(ValueData::new(ty, ValueDef::BlockArg { block: nb, index: i as u32 }));
                 new.blocks[nb].args.push(na);
                 vmap.set(a, Some(na));
             }
-            for op in self.ops_in(b) {
-                let d = &self.ops[op];
+            let mut cur = self.first_op(b);
+            while let Some(op) = cur {
+                cur = self.next_op(op);
                 // Regions first: their ops get the lower ids, as when they were built.
-                let regions: SmallVec<[RegionId; 1]> =
-                    d.regions.iter().map(|&ir| self.compact_region(ir, None, new, vmap, lmap)).collect();
+                let regions: SmallVec<[RegionId; 1]> = std::mem::take(&mut self.ops[op].regions)
+                    .into_iter()
+                    .map(|ir| self.compact_region(ir, None, new, vmap, lmap))
+                    .collect();
+                let d = &mut self.ops[op];
                 let operands: SmallVec<[ValueId; 3]> =
                     d.operands.iter().map(|&v| vmap[v].expect("compact needs a verified module")).collect();
-                let types: Vec<TensorType> = d.results.iter().map(|&v| self.values[v].ty.clone()).collect();
-                let nop = new.create_op_unchecked(d.opcode, &operands, d.attrs.clone(), types, &regions);
+                let attrs = std::mem::take(&mut d.attrs);
+                let (opcode, results) = (d.opcode, std::mem::take(&mut d.results));
+                let types: Vec<TensorType> = results.iter().map(|&v| take_type(&mut self.values[v].ty)).collect();
+                let nop = new.create_op_unchecked(opcode, &operands, attrs, types, &regions);
                 new.append_op(nb, nop);
-                for (&o, &n) in d.results.iter().zip(new.ops[nop].results.clone().iter()) {
+                for (&o, &n) in results.iter().zip(&new.ops[nop].results) {
                     vmap.set(o, Some(n));
                 }
                 if let Some(l) = *self.op_locs.get(op) {
                     let nl = match lmap[l] {
                         Some(nl) => nl,
                         None => {
-                            let nl = new.locs.push(self.locs[l].clone());
+                            let nl = new.locs.push(std::mem::take(&mut self.locs[l]));
                             lmap.set(l, Some(nl));
                             nl
                         }
@@ -773,6 +783,11 @@ impl Module {
     pub fn num_live_ops(&self) -> usize {
         self.ops.values().filter(|o| o.block.is_some()).count()
     }
+}
+
+/// The type, leaving a rank-0 one of the same dtype (no allocation) in its place.
+fn take_type(ty: &mut TensorType) -> TensorType {
+    std::mem::replace(ty, TensorType { dtype: ty.dtype, dims: Dims::new() })
 }
 
 /// Appends ops at the end of a block, with a current provenance. The convenience methods infer

@@ -525,7 +525,7 @@ impl<'a> Parser<'a> {
             if attrs.get(name).is_some() {
                 return Err(self.err_at(pos, format!("attribute `{name}` given twice")));
             }
-            attrs.set(name, v);
+            attrs.set(crate::attr::attr_name(name), v);
             if self.eat("}") {
                 return Ok(attrs);
             }

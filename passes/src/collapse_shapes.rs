@@ -23,7 +23,7 @@ use tpuc_ir::{Attr, Attrs, Dim, Module, OpId, Opcode, ValueId};
 
 pub struct CollapseShapes;
 
-fn ints_attr(name: &str, v: Vec<i64>) -> Attrs {
+fn ints_attr(name: &'static str, v: Vec<i64>) -> Attrs {
     Attrs::new().with(name, Attr::Ints(v))
 }
 

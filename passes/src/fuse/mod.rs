@@ -127,7 +127,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     m.append_op(rb, y);
     let mut attrs = Attrs::new().with("name", Attr::Str(mt.name.to_string()));
     for (k, v) in &mt.attrs {
-        attrs.set(k, v.clone());
+        attrs.set(*k, v.clone());
     }
     let out_types: Vec<_> = mt.outputs.iter().map(|&v| m.values[v].ty.clone()).collect();
     let comp = m.create_op(Opcode::Composite, &mt.inputs, attrs, Some(&out_types), &[region]).map_err(fail)?;
