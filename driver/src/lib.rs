@@ -14,6 +14,7 @@
 //! as IR that fails verification after a pass (exit 2).
 
 pub mod buckets;
+pub mod dynamic;
 pub mod exec;
 pub mod session;
 pub mod tensor;
@@ -272,4 +273,40 @@ pub fn compile_file(path: &Path, options: &LowerOptions, emit: Emit) -> Result<L
     let mut lowered = lower(imported, options, emit)?;
     lowered.timings.import = import_time;
     Ok(lowered)
+}
+
+/// One bucket of a program with symbolic dims, lowered.
+pub struct BucketLowered {
+    pub lowered: Lowered,
+    /// The padded size of every symbol.
+    pub bucket: dynamic::Sizes,
+    /// Per symbol, the `main` argument that takes its real size (after the original ones).
+    pub size_args: Vec<(String, usize)>,
+    /// Per result, where its valid part is ([`dynamic::unpad`]).
+    pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
+}
+
+/// Specializes `module` to `bucket` (padding masked, real sizes as arguments), then runs the
+/// passes and the emitter on the static program.
+pub fn lower_bucket(
+    module: &Module,
+    weights: &BTreeMap<String, TensorData>,
+    bucket: &dynamic::Sizes,
+    options: &LowerOptions,
+    emit: Emit,
+) -> Result<BucketLowered, DriverError> {
+    let start = Instant::now();
+    let spec = tpuc_passes::specialize::specialize(module, bucket)?;
+    let specialize_time = start.elapsed();
+    let imported = Imported {
+        module: spec.module,
+        weights: weights.clone(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        torch_version: None,
+        has_weight_data: true,
+    };
+    let mut lowered = lower(imported, options, emit)?;
+    lowered.timings.passes.insert(0, ("specialize", specialize_time));
+    Ok(BucketLowered { lowered, bucket: bucket.clone(), size_args: spec.size_args, result_layouts: spec.result_layouts })
 }

@@ -81,6 +81,11 @@ impl SymExpr {
         }
     }
 
+    /// The terms: each a coefficient times a product of atoms (the constant term has none).
+    pub fn terms(&self) -> impl Iterator<Item = (i64, &[Atom])> {
+        self.terms.iter().map(|t| (t.coeff, t.atoms.as_slice()))
+    }
+
     /// The symbol name if the expression is exactly one symbol.
     pub fn as_symbol(&self) -> Option<&str> {
         match self.terms.as_slice() {

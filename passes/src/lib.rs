@@ -27,6 +27,7 @@ mod manager;
 pub mod narrow_64bit;
 pub mod precision;
 pub mod sdpa_guard;
+pub mod specialize;
 pub mod transpose_dot;
 pub mod util;
 pub mod weights_lhs;

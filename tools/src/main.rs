@@ -257,6 +257,8 @@ struct CompileArgs {
     /// Embed the weights in the executable instead of taking them as arguments.
     #[arg(long)]
     inline_weights: bool,
+    #[command(flatten)]
+    buckets: BucketArgs,
 }
 
 #[derive(Args)]
@@ -287,6 +289,16 @@ struct RunArgs {
     /// input checks, uploads, execute, downloads.
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
+    /// Print one JSON object as the last line: the bucket run (programs with symbolic dims),
+    /// where the executable came from, and the output shapes.
+    #[arg(long)]
+    json: bool,
+    /// Fill the padding of bucketed inputs with this value instead of zeros (nan, inf, -inf
+    /// or a number): valid outputs must not change.
+    #[arg(long, value_name = "VALUE", hide = true)]
+    pad_fill: Option<f64>,
+    #[command(flatten)]
+    buckets: BucketArgs,
 }
 
 #[derive(Args)]
@@ -303,6 +315,16 @@ struct PlanBucketsArgs {
     /// seq=1.. is unbounded).
     #[arg(long = "range", value_name = "NAME=LO..HI")]
     ranges: Vec<String>,
+    #[command(flatten)]
+    buckets: BucketArgs,
+    /// Print the plan as one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How a program with symbolic dims is cut into buckets (`plan-buckets`, `compile`, `run`).
+#[derive(Args, Clone, Default)]
+struct BucketArgs {
     /// The bucket policy: auto, linear:K, a list such as 128,256,512, or hist:FILE[:N];
     /// NAME=POLICY sets one symbol's (repeatable) [default: auto].
     #[arg(long = "buckets", value_name = "[NAME=]POLICY")]
@@ -320,9 +342,6 @@ struct PlanBucketsArgs {
     /// bounded one (repeatable).
     #[arg(long = "max-size", value_name = "NAME=N")]
     max_size: Vec<String>,
-    /// Print the plan as one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Args)]
@@ -400,6 +419,10 @@ struct PassRunArgs {
     /// Print a table of the time each pass took (and whether it changed the IR) to stderr.
     #[arg(long)]
     pass_timing: bool,
+    /// Specialize the symbolic dims to this bucket first, NAME=SIZE for every symbol
+    /// (repeatable): static shapes, padding masked, each symbol's real size an extra argument.
+    #[arg(long = "bucket", value_name = "NAME=SIZE")]
+    bucket: Vec<String>,
 }
 
 impl PassRunArgs {
@@ -420,7 +443,18 @@ impl PassRunArgs {
             EmitKind::Ir => Emit::Ir,
             EmitKind::Stablehlo => Emit::StableHlo,
         };
-        let lowered = tpuc_driver::compile_file(model, &self.options(), emit)?;
+        let lowered = if self.bucket.is_empty() {
+            tpuc_driver::compile_file(model, &self.options(), emit)?
+        } else {
+            let mut bucket = tpuc_driver::dynamic::Sizes::new();
+            for b in &self.bucket {
+                let bad = || Failure::User(format!("bad --bucket `{b}`: expected NAME=SIZE, e.g. s0=128"));
+                let (name, size) = named(b).ok_or_else(bad)?;
+                bucket.insert(name.to_string(), size.trim().parse().map_err(|_| bad())?);
+            }
+            let imported = tpuc_driver::import(model)?;
+            tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &self.options(), emit)?.lowered
+        };
         report_passes(&lowered, self.pass_timing);
         Ok(lowered)
     }
@@ -553,23 +587,66 @@ fn report_passes(lowered: &tpuc_driver::Lowered, pass_timing: bool) {
 }
 
 fn run_model(a: RunArgs) -> Result<(), Failure> {
-    use tpuc_driver::tensor::{compare, HostTensor};
+    use tpuc_driver::dynamic;
+    use tpuc_driver::tensor::HostTensor;
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for p in &a.inputs {
         let t = HostTensor::read_npy(p).map_err(|e| Failure::User(e.to_string()))?;
         inputs.push((p.display().to_string(), t));
     }
-    let lowered = lower_for(&a.model, a.pipeline.options(false, a.target.target))?;
+    let imported = tpuc_driver::import(&a.model)?;
+    let options = a.pipeline.options(false, a.target.target);
     let cache = a.target.cache.open();
-    let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
-    tracing::info!("{}", compiled.summary.line());
-    let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
-    let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
-    if a.repeat > 1 {
-        let mut times = Vec::with_capacity(a.repeat);
-        for _ in 0..a.repeat {
+    let label = a.model.display().to_string();
+    let mut times = Vec::new();
+    let (outputs, bucket, source) = if imported.module.symbols.is_empty() {
+        let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
+        report_passes(&lowered, options.pass_timing);
+        let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &label)?;
+        tracing::info!("{}", compiled.summary.line());
+        let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
+        let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
+        for _ in 1..a.repeat.max(1) {
             times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
         }
+        (outputs, None, compiled.summary.cache)
+    } else {
+        let plan = a.buckets.plan_for(&imported.module)?;
+        let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
+        let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
+        let bucket = dynamic::select_bucket(&plan, &sizes).map_err(DriverError::from)?;
+        let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &options, Emit::StableHlo)?;
+        report_passes(&bl.lowered, options.pass_timing);
+        let name = dynamic::bucket_name(&bucket);
+        let compiled = compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &format!("{label} [{name}]"))?;
+        tracing::info!("bucket {name}: {}", compiled.summary.line());
+        let module = &bl.lowered.module;
+        let runner = tpuc_driver::exec::Runner::new(&compiled, module, &bl.lowered.weights).map_err(DriverError::from)?;
+        let types = dynamic::user_input_types(module);
+        if types.len() != inputs.len() {
+            return Err(Failure::User(format!("the program takes {} input(s), got {}", types.len(), inputs.len())));
+        }
+        let mut padded = Vec::with_capacity(inputs.len() + bl.size_args.len());
+        for ((src, t), (_, ty)) in inputs.iter().zip(&types) {
+            padded.push((src.clone(), dynamic::pad_input(t, &ty.static_dims().unwrap_or_default(), a.pad_fill)));
+        }
+        for (sym, _) in &bl.size_args {
+            let n = sizes[sym];
+            padded.push((format!("the size of `{sym}`"), HostTensor { dtype: tpuc_ir::DType::I64, dims: vec![], bytes: n.to_le_bytes().to_vec() }));
+        }
+        let (outs, _) = runner.run(&padded).map_err(DriverError::from)?;
+        for _ in 1..a.repeat.max(1) {
+            times.push(runner.run(&padded).map_err(DriverError::from)?.1);
+        }
+        let outputs = outs
+            .iter()
+            .zip(&bl.result_layouts)
+            .map(|(o, l)| dynamic::unpad(o, l, &sizes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(DriverError::from)?;
+        (outputs, Some(bucket), compiled.summary.cache)
+    };
+    if a.repeat > 1 {
         let median = |f: &dyn Fn(&tpuc_driver::exec::RunTimes) -> std::time::Duration| {
             let mut v: Vec<f64> = times.iter().map(|t| f(t).as_secs_f64() * 1e6).collect();
             v.sort_by(f64::total_cmp);
@@ -577,7 +654,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         };
         println!(
             "{{\"runs\":{},\"median_us\":{{\"total\":{:.2},\"check\":{:.2},\"upload\":{:.2},\"execute\":{:.2},\"download\":{:.2}}}}}",
-            a.repeat,
+            a.repeat - 1,
             median(&|t| t.total()),
             median(&|t| t.check),
             median(&|t| t.upload),
@@ -585,6 +662,22 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             median(&|t| t.download)
         );
     }
+    let result = report_outputs(&a, &outputs);
+    if a.json {
+        let v = serde_json::json!({
+            "bucket": bucket,
+            "cache": source,
+            "outputs": outputs.iter().map(|t| t.dims.clone()).collect::<Vec<_>>(),
+            "ok": result.is_ok(),
+        });
+        println!("{v}");
+    }
+    result
+}
+
+/// Writes, compares or prints the outputs as `run`'s flags say.
+fn report_outputs(a: &RunArgs, outputs: &[tpuc_driver::tensor::HostTensor]) -> Result<(), Failure> {
+    use tpuc_driver::tensor::{compare, HostTensor};
     if let Some(dir) = &a.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| Failure::User(format!("cannot create {}: {e}", dir.display())))?;
         for (i, t) in outputs.iter().enumerate() {
@@ -733,8 +826,8 @@ fn parse_range(text: &str) -> Result<tpuc_driver::buckets::SymbolRange, Failure>
 }
 
 fn plan_buckets(a: PlanBucketsArgs) -> Result<(), Failure> {
-    use tpuc_driver::buckets::{self, BucketPolicy, SymbolRange};
-    let mut ranges: Vec<SymbolRange> = match (&a.model, a.ranges.is_empty()) {
+    use tpuc_driver::buckets::SymbolRange;
+    let ranges: Vec<SymbolRange> = match (&a.model, a.ranges.is_empty()) {
         (Some(_), false) => return Err(Failure::User("give MODEL or --range, not both".to_string())),
         (None, true) => return Err(Failure::User("give MODEL, or the symbols with --range NAME=LO..HI".to_string())),
         (Some(model), true) => {
@@ -743,57 +836,71 @@ fn plan_buckets(a: PlanBucketsArgs) -> Result<(), Failure> {
         }
         (None, false) => a.ranges.iter().map(|r| parse_range(r)).collect::<Result<_, _>>()?,
     };
-    let known = |ranges: &[SymbolRange], name: &str, flag: &str| -> Result<usize, Failure> {
-        ranges.iter().position(|r| r.name == name).ok_or_else(|| {
-            let names: Vec<&str> = ranges.iter().map(|r| r.name.as_str()).collect();
-            let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
-            Failure::User(format!("{flag} names symbol `{name}`, which the program does not have (its symbols: {names})"))
-        })
-    };
-    for (i, r) in ranges.iter().enumerate() {
-        if ranges[..i].iter().any(|q| q.name == r.name) {
-            return Err(Failure::User(format!("symbol `{}` is given twice", r.name)));
-        }
-    }
-    for m in &a.max_size {
-        let bad = || Failure::User(format!("bad --max-size `{m}`: expected NAME=N, e.g. s0=2048"));
-        let (name, value) = named(m).ok_or_else(bad)?;
-        let value: i64 = value.trim().parse().map_err(|_| bad())?;
-        let i = known(&ranges, name, "--max-size")?;
-        ranges[i].hi = Some(ranges[i].hi.map_or(value, |h| h.min(value)));
-    }
-    // The policy for all symbols, then per-symbol ones.
-    let mut default = None;
-    let mut policies: Vec<Option<BucketPolicy>> = vec![None; ranges.len()];
-    let specs = a.buckets.iter().map(|b| (b.clone(), "--buckets")).chain(a.hist.iter().map(|h| match named(h) {
-        Some((name, file)) => (format!("{name}=hist:{file}"), "--hist"),
-        None => (format!("hist:{h}"), "--hist"),
-    }));
-    for (spec, flag) in specs {
-        let (slot, text) = match named(&spec) {
-            Some((name, text)) => (Some(known(&ranges, name, flag)?), text),
-            None => (None, spec.as_str()),
-        };
-        let policy: BucketPolicy = text.parse().map_err(|e: buckets::BucketError| Failure::User(e.to_string()))?;
-        let target = match slot {
-            Some(i) => &mut policies[i],
-            None => &mut default,
-        };
-        if target.is_some() {
-            let whom = slot.map_or("all symbols".to_string(), |i| format!("symbol `{}`", ranges[i].name));
-            return Err(Failure::User(format!("two bucket policies for {whom}")));
-        }
-        *target = Some(policy);
-    }
-    let default = default.unwrap_or_default();
-    let symbols: Vec<(SymbolRange, BucketPolicy)> =
-        ranges.into_iter().zip(policies).map(|(r, p)| (r, p.unwrap_or_else(|| default.clone()))).collect();
-    let plan = buckets::plan(&symbols, a.max_buckets, a.max_total).map_err(|e| Failure::User(e.to_string()))?;
+    let plan = a.buckets.plan(ranges)?;
     if a.json {
         let v = serde_json::to_value(&plan).map_err(|e| Failure::Internal(e.to_string()))?;
         return write_output(None, &format!("{v}\n"));
     }
     write_output(None, &bucket_table(&plan))
+}
+
+impl BucketArgs {
+    /// The bucket plan of the program's symbols.
+    fn plan_for(&self, module: &tpuc_ir::Module) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
+        use tpuc_driver::buckets::SymbolRange;
+        self.plan(module.symbols.iter().map(|s| SymbolRange::new(&*s.name, s.min, s.max)).collect())
+    }
+
+    fn plan(&self, mut ranges: Vec<tpuc_driver::buckets::SymbolRange>) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
+        use tpuc_driver::buckets::{self, BucketPolicy, SymbolRange};
+        let a = self;
+        let known = |ranges: &[SymbolRange], name: &str, flag: &str| -> Result<usize, Failure> {
+            ranges.iter().position(|r| r.name == name).ok_or_else(|| {
+                let names: Vec<&str> = ranges.iter().map(|r| r.name.as_str()).collect();
+                let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+                Failure::User(format!("{flag} names symbol `{name}`, which the program does not have (its symbols: {names})"))
+            })
+        };
+        for (i, r) in ranges.iter().enumerate() {
+            if ranges[..i].iter().any(|q| q.name == r.name) {
+                return Err(Failure::User(format!("symbol `{}` is given twice", r.name)));
+            }
+        }
+        for m in &a.max_size {
+            let bad = || Failure::User(format!("bad --max-size `{m}`: expected NAME=N, e.g. s0=2048"));
+            let (name, value) = named(m).ok_or_else(bad)?;
+            let value: i64 = value.trim().parse().map_err(|_| bad())?;
+            let i = known(&ranges, name, "--max-size")?;
+            ranges[i].hi = Some(ranges[i].hi.map_or(value, |h| h.min(value)));
+        }
+        // The policy for all symbols, then per-symbol ones.
+        let mut default = None;
+        let mut policies: Vec<Option<BucketPolicy>> = vec![None; ranges.len()];
+        let specs = a.buckets.iter().map(|b| (b.clone(), "--buckets")).chain(a.hist.iter().map(|h| match named(h) {
+            Some((name, file)) => (format!("{name}=hist:{file}"), "--hist"),
+            None => (format!("hist:{h}"), "--hist"),
+        }));
+        for (spec, flag) in specs {
+            let (slot, text) = match named(&spec) {
+                Some((name, text)) => (Some(known(&ranges, name, flag)?), text),
+                None => (None, spec.as_str()),
+            };
+            let policy: BucketPolicy = text.parse().map_err(|e: buckets::BucketError| Failure::User(e.to_string()))?;
+            let target = match slot {
+                Some(i) => &mut policies[i],
+                None => &mut default,
+            };
+            if target.is_some() {
+                let whom = slot.map_or("all symbols".to_string(), |i| format!("symbol `{}`", ranges[i].name));
+                return Err(Failure::User(format!("two bucket policies for {whom}")));
+            }
+            *target = Some(policy);
+        }
+        let default = default.unwrap_or_default();
+        let symbols: Vec<(SymbolRange, BucketPolicy)> =
+            ranges.into_iter().zip(policies).map(|(r, p)| (r, p.unwrap_or_else(|| default.clone()))).collect();
+        buckets::plan(&symbols, a.max_buckets, a.max_total).map_err(|e| Failure::User(e.to_string()))
+    }
 }
 
 /// The plan as an aligned table, then the combinations and notes.

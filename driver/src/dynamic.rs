@@ -1,0 +1,237 @@
+//! Programs with symbolic dimensions, run as padded buckets.
+//!
+//! ```text
+//! inputs ─► infer_sizes (n per symbol, range checked) ─► BucketPlan::select (B per symbol)
+//!        ─► specialize (passes/specialize.rs: static program + masks, n as `symint` args)
+//!        ─► lower + compile (cached; the key hashes the specialized program, never n)
+//!        ─► pad_input (host) ─► run ─► unpad (host: the valid part of each result)
+//! ```
+//!
+//! Everything here works on the host: the masking that keeps padded results exact is in the
+//! program (see `tpuc_passes::specialize`).
+
+use crate::buckets::BucketPlan;
+use crate::exec::ExecError;
+use crate::tensor::HostTensor;
+use std::collections::BTreeMap;
+use tpuc_ir::{ArgKind, Dim, Module, Scalar, TensorType};
+use tpuc_passes::specialize::{DimLayout, Layout};
+
+/// A size per symbol.
+pub type Sizes = BTreeMap<String, i64>;
+
+/// The user-input arguments of `main` (no weights, no `symint`s), with their types.
+pub fn user_input_types(module: &Module) -> Vec<(String, TensorType)> {
+    let Some(f) = module.main_func() else { return Vec::new() };
+    let entry = module.entry_block(f);
+    module.blocks[entry]
+        .args
+        .iter()
+        .zip(&f.args)
+        .filter(|(_, info)| !info.kind.is_weight() && info.kind != ArgKind::SymInt)
+        .map(|(&v, info)| (info.name.clone(), module.values[v].ty.clone()))
+        .collect()
+}
+
+/// The real size of every symbol, read from the user inputs' shapes (in signature order), and
+/// checked against the symbols' ranges and every symbolic dim.
+pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecError> {
+    let args = user_input_types(module);
+    if args.len() != shapes.len() {
+        return Err(ExecError::BadInput(format!("the program takes {} input(s), got {}", args.len(), shapes.len())));
+    }
+    let mut sizes = Sizes::new();
+    for ((name, ty), shape) in args.iter().zip(shapes) {
+        if ty.rank() != shape.len() {
+            return Err(ExecError::BadInput(format!("input `{name}` expects {ty}, got rank {}", shape.len())));
+        }
+        for (d, &n) in ty.dims.iter().zip(shape) {
+            if let Dim::Sym(e) = d {
+                if let Some(s) = e.as_symbol() {
+                    match sizes.get(s) {
+                        Some(&m) if m != n => {
+                            return Err(ExecError::BadInput(format!(
+                                "input `{name}` gives symbol `{s}` the size {n}, another input gave {m}"
+                            )))
+                        }
+                        _ => {
+                            sizes.insert(s.to_string(), n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for s in module.symbols.iter() {
+        let Some(&n) = sizes.get(&*s.name) else {
+            return Err(ExecError::BadInput(format!(
+                "the size of symbol `{}` cannot be read from the inputs (no input dim is exactly `{}`)",
+                s.name, s.name
+            )));
+        };
+        if n < s.min || s.max.is_some_and(|hi| n > hi) {
+            let hi = s.max.map_or("inf".to_string(), |h| h.to_string());
+            return Err(ExecError::BadInput(format!("size {n} of symbol `{}` is outside its range [{}, {hi}]", s.name, s.min)));
+        }
+    }
+    for ((name, ty), shape) in args.iter().zip(shapes) {
+        for (d, &n) in ty.dims.iter().zip(shape) {
+            let want = match d {
+                Dim::Static(k) => Some(*k),
+                Dim::Sym(e) => e.eval(&|s| sizes.get(s).copied()),
+            };
+            if want != Some(n) {
+                return Err(ExecError::BadInput(format!("input `{name}` expects {ty}, got shape {shape:?}")));
+            }
+        }
+    }
+    Ok(sizes)
+}
+
+/// The bucket of every symbol for real sizes `sizes`.
+pub fn select_bucket(plan: &BucketPlan, sizes: &Sizes) -> Result<Sizes, ExecError> {
+    let mut out = Sizes::new();
+    for (name, &n) in sizes {
+        let p = plan
+            .symbol(name)
+            .ok_or_else(|| ExecError::BadInput(format!("the bucket plan has no symbol `{name}`")))?;
+        out.insert(name.clone(), p.select(n).map_err(|e| ExecError::BadInput(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+/// `s0=128,s1=64`: how a bucket is named in labels, tables and messages.
+pub fn bucket_name(sizes: &Sizes) -> String {
+    sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// Copies the box `[0, region)` of a row-major array of shape `src_dims` into one of shape
+/// `dst_dims` (both at least `region` in every dim).
+fn copy_box(src: &[u8], src_dims: &[i64], dst: &mut [u8], dst_dims: &[i64], region: &[i64], esz: usize) {
+    let rank = region.len();
+    if region.contains(&0) {
+        return;
+    }
+    if rank == 0 {
+        dst[..esz].copy_from_slice(&src[..esz]);
+        return;
+    }
+    let strides = |dims: &[i64]| -> Vec<usize> {
+        let mut s = vec![esz; rank];
+        for i in (0..rank.saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * dims[i + 1] as usize;
+        }
+        s
+    };
+    let (ss, ds) = (strides(src_dims), strides(dst_dims));
+    let run = region[rank - 1] as usize * esz;
+    let mut idx = vec![0i64; rank - 1];
+    loop {
+        let so: usize = idx.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
+        let d_o: usize = idx.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
+        dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
+        // Next row of the box.
+        let mut k = rank - 1;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < region[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+/// `t` padded at the end of every dim to `padded`, the padding filled with `fill` (zeros when
+/// `None`).
+pub fn pad_input(t: &HostTensor, padded: &[i64], fill: Option<f64>) -> HostTensor {
+    if t.dims == padded {
+        return t.clone();
+    }
+    let esz = t.dtype.size_bytes();
+    let count: i64 = padded.iter().product();
+    let mut bytes = match fill {
+        None => vec![0u8; count as usize * esz],
+        Some(v) => {
+            let one = if t.dtype.is_float() { Scalar::Float(v) } else { Scalar::Int(v as i64) }.to_bytes(t.dtype);
+            one.repeat(count as usize)
+        }
+    };
+    copy_box(&t.bytes, &t.dims, &mut bytes, padded, &t.dims, esz);
+    HostTensor { dtype: t.dtype, dims: padded.to_vec(), bytes }
+}
+
+/// The valid part of a padded result with layout `layout`, for real sizes `sizes`.
+pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTensor, ExecError> {
+    if layout.iter().all(|l| matches!(l, DimLayout::Exact)) {
+        return Ok(t.clone());
+    }
+    let mut fdims = Vec::new();
+    let mut region = Vec::new();
+    let mut out_dims = Vec::new();
+    for (l, &p) in layout.iter().zip(&t.dims) {
+        let mut real = 1;
+        for f in l.factors(p) {
+            let e = f
+                .extent
+                .eval(&|s| sizes.get(s).copied())
+                .ok_or_else(|| ExecError::BadInput(format!("no size for `{}`", f.extent)))?;
+            let e = e.clamp(0, f.padded);
+            fdims.push(f.padded);
+            region.push(e);
+            real *= e;
+        }
+        out_dims.push(real);
+    }
+    let esz = t.dtype.size_bytes();
+    let count: i64 = out_dims.iter().product();
+    let mut bytes = vec![0u8; count as usize * esz];
+    copy_box(&t.bytes, &fdims, &mut bytes, &region, &region, esz);
+    Ok(HostTensor { dtype: t.dtype, dims: out_dims, bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpuc_ir::{DType, SymExpr};
+    use tpuc_passes::specialize::Factor;
+
+    fn t(dims: &[i64]) -> HostTensor {
+        let n: i64 = dims.iter().product();
+        HostTensor { dtype: DType::I32, dims: dims.to_vec(), bytes: (0..n as i32).flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
+    fn vals(h: &HostTensor) -> Vec<i32> {
+        h.bytes.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    #[test]
+    fn pad_then_unpad_gives_the_input_back() {
+        let x = t(&[2, 3]);
+        let p = pad_input(&x, &[2, 8], Some(-1.0));
+        assert_eq!(vals(&p), vec![0, 1, 2, -1, -1, -1, -1, -1, 3, 4, 5, -1, -1, -1, -1, -1]);
+        let s = SymExpr::symbol("s");
+        let lay = vec![DimLayout::Exact, DimLayout::Factors(vec![Factor { padded: 8, extent: s }])];
+        let sizes: Sizes = [("s".to_string(), 3)].into();
+        assert_eq!(unpad(&p, &lay, &sizes).unwrap(), x);
+    }
+
+    #[test]
+    fn unpad_of_a_product_of_padded_dims() {
+        // [2*s] padded as [2, 4] with s = 3: rows 0..3 and 4..7 are valid.
+        let x = t(&[8]);
+        let s = SymExpr::symbol("s");
+        let lay = vec![DimLayout::Factors(vec![
+            Factor { padded: 2, extent: SymExpr::constant(2) },
+            Factor { padded: 4, extent: s },
+        ])];
+        let sizes: Sizes = [("s".to_string(), 3)].into();
+        let u = unpad(&x, &lay, &sizes).unwrap();
+        assert_eq!(u.dims, vec![6]);
+        assert_eq!(vals(&u), vec![0, 1, 2, 4, 5, 6]);
+    }
+}

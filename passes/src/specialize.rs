@@ -1,0 +1,1058 @@
+//! `specialize`: one bucket of a program with symbolic dimensions.
+//!
+//! Needs: a verified module straight from the importer (before `fuse`), whose `main` may have
+//! symbolic dims, and a padded size `B` for every symbol of the module.
+//! Guarantees: the result is a verified module with only static dims, every symbol `s`
+//! replaced by its bucket size, and one extra `symint` argument per symbol (appended after the
+//! original arguments, named after the symbol) that carries the real size `n <= B` at run time.
+//! For every real size the valid part of every result equals what the symbolic program computes
+//! at that size, whatever the padding of the inputs holds (NaN and infinities included):
+//!
+//! - every value carries a *layout* per dim: `Exact` (not padded), `Uniform` (padded, but the
+//!   contents are the same along the dim, e.g. a broadcast), or a list of *factors* (outer to
+//!   inner): the dim is a row-major product of `(padded, extent)` pieces and an index is valid
+//!   when every piece's index is below its extent (a plain padded dim is one factor;
+//!   `reshape [2, s] -> [2*s]` keeps both);
+//! - padding is masked lazily, as XLA's dynamic padder does: elementwise ops leave garbage in
+//!   padding; an op that mixes positions along a padded dim first replaces the padding with a
+//!   neutral value by `select(iota < n, x, fill)` (reduction identities, 0 for matmul
+//!   contraction and convolution, -inf for softmax, the pad value for `pad`), so no NaN or
+//!   Inf can leak; ops whose valid outputs never read padding (prefix scans, causal attention,
+//!   row-wise ops) need nothing; `reverse` is rewritten as a gather from `n - 1 - i`;
+//! - what cannot be made exact is an error naming the op, its FX node and the padded dim:
+//!   [`handling`] classifies every opcode (a test checks the table covers the op set).
+//!
+//! The per-result layouts tell the caller how to cut the valid part out of each padded result.
+
+use crate::PassError;
+use std::collections::{BTreeMap, HashMap};
+use tpuc_ir::{
+    ArgInfo, ArgKind, ArgReduceKind, Atom, Attr, Attrs, BlockId, Builder, DType, Dim, Direction, LocId, Module, OpId,
+    Opcode, ReduceKind, RegionId, Scalar, SymExpr, TensorType, ValueId, WindowKind,
+};
+
+/// One piece of a padded dim: `padded` positions of which the first `extent` are valid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Factor {
+    pub padded: i64,
+    pub extent: SymExpr,
+}
+
+/// How the valid part of one dim sits in its padded buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimLayout {
+    /// Not padded: every position is valid.
+    Exact,
+    /// Padded to the bucket, but every position along the dim holds the same contents (the
+    /// first `extent` are the valid ones).
+    Uniform(SymExpr),
+    /// Padded; valid where every factor's index is below its extent.
+    Factors(Vec<Factor>),
+}
+
+impl DimLayout {
+    fn is_exact(&self) -> bool {
+        matches!(self, DimLayout::Exact)
+    }
+
+    /// The factors of a padded dim of `padded` positions (a uniform dim counts as a prefix).
+    pub fn factors(&self, padded: i64) -> Vec<Factor> {
+        match self {
+            DimLayout::Exact => vec![Factor { padded, extent: SymExpr::constant(padded) }],
+            DimLayout::Uniform(e) => vec![Factor { padded, extent: e.clone() }],
+            DimLayout::Factors(f) => f.clone(),
+        }
+    }
+
+    /// A plain prefix: `Exact`, `Uniform` or one factor.
+    fn prefix_extent(&self) -> Option<Option<&SymExpr>> {
+        match self {
+            DimLayout::Exact => Some(None),
+            DimLayout::Uniform(e) => Some(Some(e)),
+            DimLayout::Factors(f) if f.len() == 1 => Some(Some(&f[0].extent)),
+            DimLayout::Factors(_) => None,
+        }
+    }
+}
+
+/// Normalizes a factor list: size-1 pieces dropped, all-static lists are `Exact`.
+fn from_factors(f: Vec<Factor>) -> DimLayout {
+    let f: Vec<Factor> = f.into_iter().filter(|x| x.padded != 1).collect();
+    if f.iter().all(|x| x.extent.as_const() == Some(x.padded)) {
+        DimLayout::Exact
+    } else {
+        DimLayout::Factors(f)
+    }
+}
+
+/// The layout of every dim of one value.
+pub type Layout = Vec<DimLayout>;
+
+/// How [`specialize`] treats an op whose operands are padded (the classification table).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Handling {
+    /// Position by position: padding stays padding, nothing to mask.
+    Propagates,
+    /// Masks padded dims it mixes with a neutral value first.
+    Masks,
+    /// Rewritten into ops that keep the valid part a prefix.
+    Rewrites,
+    /// Exact in the listed cases, an error naming the op otherwise.
+    Conditional,
+    /// Inlined, then its body is specialized.
+    Inlines,
+}
+
+/// The classification of every opcode, with the rule in words.
+pub fn handling(op: Opcode) -> (Handling, &'static str) {
+    use Handling::*;
+    use Opcode::*;
+    match op {
+        Constant => (Propagates, "static"),
+        Iota => (Propagates, "valid prefix along its dimension, uniform along padded others"),
+        Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor | Ceil
+        | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or
+        | Xor | Atan2 | Compare | Select | Gelu => (Propagates, "elementwise; operands' padded dims must agree"),
+        BroadcastInDim => (Propagates, "broadcast dims become uniform"),
+        Transpose => (Propagates, "permutes the layouts"),
+        Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
+        Slice => (Conditional, "a padded dim: whole, or a static slice inside the smallest size"),
+        Concatenate => (Conditional, "along a padded dim only when the padded operand is last"),
+        Pad => (Masks, "padding replaced by the pad value first; no interior or negative high padding"),
+        Reverse => (Rewrites, "gather from n - 1 - i"),
+        DotGeneral => (Masks, "contracting dims masked with 0 in both operands"),
+        Convolution => (Masks, "input feature and spatial dims masked with 0; kernel not padded"),
+        Reduce => (Masks, "reduced dims masked with the reduction's identity"),
+        ArgReduce => (Masks, "masked with the lowest (argmax) or highest (argmin) value"),
+        ReduceWindow => (Masks, "window dims masked with the window reduction's identity"),
+        Scan => (Conditional, "prefix scans never read padding; a multi-factor dim is rejected"),
+        Softmax | LogSoftmax => (Masks, "masked with -inf along the dimension"),
+        LayerNorm => (Conditional, "normalized dims not padded"),
+        Attention => (Conditional, "padded keys only with is_causal and queries padded alike"),
+        Gather => (Conditional, "padded dims indexed, taken whole, or batch dims of the indices"),
+        Scatter => (Conditional, "operand may be padded; indices and updates not"),
+        SelectAndScatterAdd => (Conditional, "no padded dims"),
+        Sort => (Conditional, "not along a padded dim"),
+        Composite => (Inlines, "inlined when an operand is padded"),
+        Return | Yield => (Propagates, "results keep their layouts"),
+    }
+}
+
+/// A program specialized to one bucket.
+pub struct Specialized {
+    pub module: Module,
+    /// Per symbol (declaration order), the index of the argument carrying its real size.
+    pub size_args: Vec<(String, usize)>,
+    /// The layout of each result of `main`, to cut out its valid part.
+    pub result_layouts: Vec<Layout>,
+}
+
+/// Specializes `module`'s `main` to the bucket `sizes` (a padded size per symbol). See the
+/// module docs.
+pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Specialized, PassError> {
+    let fail = |m: String| PassError::Failed { pass: "specialize".into(), message: m };
+    let func = module.main_func().ok_or_else(|| fail("the module has no `main`".into()))?;
+    for s in module.symbols.iter() {
+        match sizes.get(&*s.name) {
+            None => return Err(fail(format!("no bucket size for symbol `{}`", s.name))),
+            Some(&b) if b < s.min.max(1) => {
+                return Err(fail(format!("bucket size {b} for `{}` is below its smallest size {}", s.name, s.min.max(1))))
+            }
+            _ => {}
+        }
+    }
+    let entry = module.entry_block(func);
+    let mut sp = Sp {
+        old: module,
+        new: Module::new(),
+        sizes,
+        vmap: HashMap::new(),
+        lay: HashMap::new(),
+        size_val: BTreeMap::new(),
+        extents: HashMap::new(),
+        locs: HashMap::new(),
+        block: tpuc_ir::EntityId::new(0),
+        loc: None,
+        cur: None,
+    };
+    let mut args = Vec::new();
+    for (i, &a) in module.blocks[entry].args.iter().enumerate() {
+        let ty = &module.values[a].ty;
+        args.push((sp.spec_type(ty)?, func.args[i].clone()));
+    }
+    let mut size_args = Vec::new();
+    for s in module.symbols.iter() {
+        size_args.push((s.name.to_string(), args.len()));
+        args.push((TensorType::scalar(DType::I64), ArgInfo { kind: ArgKind::SymInt, name: s.name.to_string() }));
+    }
+    let (fi, block) = sp.new.add_func("main", args);
+    sp.new.funcs[fi].results = func.results.clone();
+    sp.new.symbols = module.symbols.clone();
+    sp.block = block;
+    let new_args = sp.new.blocks[block].args.clone();
+    for (i, &a) in module.blocks[entry].args.iter().enumerate() {
+        sp.vmap.insert(a, new_args[i]);
+        let ty = &module.values[a].ty;
+        let layout = ty
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Static(_) => DimLayout::Exact,
+                Dim::Sym(e) => DimLayout::Factors(vec![Factor { padded: sp.eval(e).unwrap_or(0), extent: e.clone() }]),
+            })
+            .collect();
+        sp.lay.insert(a, layout);
+    }
+    for (s, i) in &size_args {
+        sp.size_val.insert(s.clone(), new_args[*i]);
+    }
+    let results = sp.block_ops(entry, BlockMode::Main)?;
+    let result_layouts = results.iter().map(|&v| sp.lay[&v].clone()).collect();
+    let mut new = sp.new;
+    new.compact();
+    tpuc_ir::verify(&new).map_err(|errs| PassError::VerifyAfter { pass: "specialize".into(), errors: errs })?;
+    Ok(Specialized { module: new, size_args, result_layouts })
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum BlockMode {
+    /// `main`'s body: `return` is built and its operands returned.
+    Main,
+    /// A composite body copied into a new region: `yield` is built.
+    Copy,
+    /// A composite body inlined: `yield`'s operands are returned, not built.
+    Inline,
+}
+
+struct Sp<'a> {
+    old: &'a Module,
+    new: Module,
+    sizes: &'a BTreeMap<String, i64>,
+    /// Old value → new value.
+    vmap: HashMap<ValueId, ValueId>,
+    /// Old value → layout.
+    lay: HashMap<ValueId, Layout>,
+    /// Symbol → the new `main` argument with its real size.
+    size_val: BTreeMap<String, ValueId>,
+    /// Real-size expressions already built (in `main`'s block).
+    extents: HashMap<SymExpr, ValueId>,
+    locs: HashMap<LocId, LocId>,
+    /// The new block being built.
+    block: BlockId,
+    /// The new location of the op being specialized.
+    loc: Option<LocId>,
+    /// The old op being specialized (for errors).
+    cur: Option<OpId>,
+}
+
+type R<T> = Result<T, PassError>;
+
+impl<'a> Sp<'a> {
+    fn fail(&self, msg: impl std::fmt::Display) -> PassError {
+        let mut m = String::from("cannot bucket ");
+        if let Some(op) = self.cur {
+            m += &format!("`{}`", self.old.ops[op].opcode);
+            if let Some(l) = self.old.loc(op) {
+                m += &format!(" at {l}");
+            }
+            m += ": ";
+        }
+        m += &msg.to_string();
+        PassError::Failed { pass: "specialize".into(), message: m }
+    }
+
+    fn ir(&self, e: tpuc_ir::IrError) -> PassError {
+        self.fail(format!("internal: {e}"))
+    }
+
+    fn eval(&self, e: &SymExpr) -> Option<i64> {
+        e.eval(&|s| self.sizes.get(s).copied())
+    }
+
+    fn spec_type(&self, ty: &TensorType) -> R<TensorType> {
+        let mut dims = Vec::with_capacity(ty.rank());
+        for d in &ty.dims {
+            dims.push(match d {
+                Dim::Static(n) => *n,
+                Dim::Sym(e) => match self.eval(e) {
+                    Some(v) if v >= 0 => v,
+                    _ => return Err(self.fail(format!("dim `{e}` has no size in this bucket"))),
+                },
+            });
+        }
+        Ok(TensorType::from_static(ty.dtype, &dims))
+    }
+
+    fn b(&mut self) -> Builder<'_> {
+        Builder { module: &mut self.new, block: self.block, loc: self.loc }
+    }
+
+    fn shape(&self, v: ValueId) -> Vec<i64> {
+        self.new.values[v].ty.static_dims().unwrap_or_default()
+    }
+
+    /// The layout of an old value's dim `d` (for messages: which symbol pads it).
+    fn padded_dim_note(&self, v: ValueId, d: usize) -> String {
+        match &self.old.values[v].ty.dims.get(d) {
+            Some(Dim::Sym(e)) => format!("dim {d} (size {e}, padded)"),
+            _ => format!("dim {d}"),
+        }
+    }
+
+    // ------------------------------------------------------------------ blocks
+
+    fn block_ops(&mut self, old_block: BlockId, mode: BlockMode) -> R<Vec<ValueId>> {
+        let old = self.old;
+        for op in old.ops_in(old_block) {
+            let d = &old.ops[op];
+            if d.opcode.is_terminator() {
+                let outs: Vec<ValueId> = d.operands.to_vec();
+                if mode != BlockMode::Inline {
+                    let new_ops: Vec<ValueId> = outs.iter().map(|v| self.vmap[v]).collect();
+                    self.cur = Some(op);
+                    self.set_loc(op);
+                    let t = self.new.create_op(d.opcode, &new_ops, Attrs::new(), Some(&[]), &[]).map_err(|e| self.ir(e))?;
+                    self.new.append_op(self.block, t);
+                }
+                return Ok(outs);
+            }
+            self.op(op)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn set_loc(&mut self, op: OpId) {
+        self.loc = self.old.op_locs.get(op).map(|l| {
+            *self.locs.entry(l).or_insert_with(|| self.new.add_loc(self.old.locs[l].clone()))
+        });
+    }
+
+    // ------------------------------------------------------------------ ops
+
+    fn op(&mut self, op: OpId) -> R<()> {
+        let old = self.old;
+        let d = &old.ops[op];
+        self.cur = Some(op);
+        self.set_loc(op);
+        let ins: Vec<ValueId> = d.operands.iter().map(|v| self.vmap[v]).collect();
+        let lays: Vec<Layout> = d.operands.iter().map(|v| self.lay[v].clone()).collect();
+        let all_exact = lays.iter().all(|l| l.iter().all(DimLayout::is_exact));
+        let static_results = d.results.iter().all(|&r| old.values[r].ty.is_static());
+        if all_exact && static_results && d.opcode != Opcode::Composite {
+            let outs = self.emit(op, &ins, &[])?;
+            for (&r, _) in d.results.iter().zip(&outs) {
+                self.lay.insert(r, vec![DimLayout::Exact; old.values[r].ty.rank()]);
+            }
+            return Ok(());
+        }
+        use Opcode::*;
+        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let out_rank = old.values[d.results[0]].ty.rank();
+        let a = &d.attrs;
+        let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
+        let (new_ins, out_lays): (Vec<ValueId>, Vec<Layout>) = match d.opcode {
+            Constant => (ins, vec![vec![DimLayout::Exact; out_rank]]),
+            Iota => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                let l = self.old_dims(d.results[0])
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, e)| match e {
+                        None => DimLayout::Exact,
+                        Some(e) if i == dim => DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]),
+                        Some(e) => DimLayout::Uniform(e),
+                    })
+                    .collect();
+                (ins, vec![l])
+            }
+            Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor
+            | Ceil | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And
+            | Or | Xor | Atan2 | Compare | Select | Gelu => {
+                let mut l = lays[0].clone();
+                for (k, other) in lays.iter().enumerate().skip(1) {
+                    for (i, x) in other.iter().enumerate() {
+                        l[i] = self.unify(&l[i], x, d.operands[k], i)?;
+                    }
+                }
+                (ins, vec![l])
+            }
+            BroadcastInDim => {
+                let bd = ints("broadcast_dimensions");
+                let in_shape = self.shape(ins[0]);
+                let dims = self.old_dims(d.results[0]);
+                let out_shape = self.spec_type(&old.values[d.results[0]].ty)?.static_dims().unwrap_or_default();
+                let mut l: Layout =
+                    dims.iter().map(|e| e.clone().map_or(DimLayout::Exact, DimLayout::Uniform)).collect();
+                for (i, &o) in bd.iter().enumerate() {
+                    let o = o as usize;
+                    if in_shape[i] == out_shape[o] {
+                        l[o] = lays[0][i].clone();
+                    }
+                }
+                (ins, vec![l])
+            }
+            Transpose => {
+                let p = ints("permutation");
+                (ins, vec![p.iter().map(|&i| lays[0][i as usize].clone()).collect()])
+            }
+            Reshape => {
+                let l = self.reshape_layout(d.operands[0], &lays[0], d.results[0])?;
+                (ins, vec![l])
+            }
+            Slice => {
+                let (st, lim, str_) = (ints("start_indices"), ints("limit_indices"), ints("strides"));
+                let shape = self.shape(ins[0]);
+                let mut l = Vec::with_capacity(lays[0].len());
+                for (i, x) in lays[0].iter().enumerate() {
+                    l.push(match x {
+                        DimLayout::Exact => DimLayout::Exact,
+                        _ if st[i] == 0 && lim[i] == shape[i] && str_[i] == 1 => x.clone(),
+                        DimLayout::Uniform(_) => DimLayout::Exact,
+                        DimLayout::Factors(f) if f.len() == 1 => {
+                            let lo = self.old.symbols.range_of(&f[0].extent).0;
+                            if lim[i] > lo {
+                                return Err(self.fail(format!(
+                                    "{} is cut at {} but can be as small as {lo}",
+                                    self.padded_dim_note(d.operands[0], i),
+                                    lim[i]
+                                )));
+                            }
+                            DimLayout::Exact
+                        }
+                        DimLayout::Factors(_) => {
+                            return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i))))
+                        }
+                    });
+                }
+                (ins, vec![l])
+            }
+            Concatenate => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                let mut l = lays[0].clone();
+                for (k, other) in lays.iter().enumerate().skip(1) {
+                    for (i, x) in other.iter().enumerate() {
+                        if i != dim {
+                            l[i] = self.unify(&l[i], x, d.operands[k], i)?;
+                        }
+                    }
+                }
+                let last = lays.len() - 1;
+                if lays[..last].iter().any(|x| !x[dim].is_exact()) {
+                    return Err(self.fail(format!(
+                        "joins along a padded dim {dim} where a padded operand is not the last one"
+                    )));
+                }
+                l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
+                    (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
+                    (x, Some(e)) => match x.prefix_extent() {
+                        Some(_) => DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]),
+                        None => return Err(self.fail(format!("the last operand's dim {dim} is a product of padded dims"))),
+                    },
+                };
+                (ins, vec![l])
+            }
+            Pad => {
+                let (lo, hi, int) = (ints("edge_padding_low"), ints("edge_padding_high"), ints("interior_padding"));
+                let dims = self.old_dims(d.results[0]);
+                let mut mask_dims = Vec::new();
+                let mut l = lays[0].clone();
+                for (i, x) in lays[0].iter().enumerate() {
+                    if x.is_exact() {
+                        continue;
+                    }
+                    if x.prefix_extent().is_none() || int[i] != 0 || hi[i] < 0 {
+                        return Err(self.fail(format!(
+                            "pads {} with interior or negative high padding, or it is a product of padded dims",
+                            self.padded_dim_note(d.operands[0], i)
+                        )));
+                    }
+                    mask_dims.push(i);
+                    let _ = lo;
+                    let e = dims[i].clone().unwrap_or_default();
+                    l[i] = DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]);
+                }
+                let x = self.mask(ins[0], &lays[0], &mask_dims, Fill::Value(ins[1]))?;
+                (vec![x, ins[1]], vec![l])
+            }
+            Reverse => {
+                let dims = ints("dimensions");
+                let mut l = lays[0].clone();
+                let mut keep = Vec::new();
+                let mut gathers = Vec::new();
+                for &dd in &dims {
+                    let i = dd as usize;
+                    match &lays[0][i] {
+                        DimLayout::Exact => keep.push(dd),
+                        DimLayout::Uniform(_) => {}
+                        DimLayout::Factors(f) if f.len() == 1 => gathers.push((i, f[0].extent.clone())),
+                        DimLayout::Factors(_) => {
+                            return Err(self.fail(format!("reverses {}, a product of padded dims", self.padded_dim_note(d.operands[0], i))))
+                        }
+                    }
+                    if let DimLayout::Uniform(_) = &lays[0][i] {
+                        l[i] = lays[0][i].clone();
+                    }
+                }
+                let mut x = ins[0];
+                if !keep.is_empty() {
+                    x = self
+                        .b()
+                        .build1(Reverse, &[x], Attrs::new().with("dimensions", Attr::Ints(keep)), None)
+                        .map_err(|e| self.ir(e))?;
+                }
+                for (i, e) in gathers {
+                    x = self.reverse_prefix(x, i, &e)?;
+                }
+                self.vmap.insert(d.results[0], x);
+                self.lay.insert(d.results[0], l);
+                return Ok(());
+            }
+            DotGeneral => {
+                let (lb, rb, lc, rc) = (
+                    ints("lhs_batching_dimensions"),
+                    ints("rhs_batching_dimensions"),
+                    ints("lhs_contracting_dimensions"),
+                    ints("rhs_contracting_dimensions"),
+                );
+                let lhs = self.mask(ins[0], &lays[0], &as_usize(&lc), Fill::Scalar(Scalar::Float(0.0)))?;
+                let rhs = self.mask(ins[1], &lays[1], &as_usize(&rc), Fill::Scalar(Scalar::Float(0.0)))?;
+                let mut l = Vec::new();
+                for (&x, &y) in lb.iter().zip(&rb) {
+                    l.push(self.unify(&lays[0][x as usize], &lays[1][y as usize], d.operands[1], y as usize)?);
+                }
+                for (side, (b, c)) in [(&lb, &lc), (&rb, &rc)].into_iter().enumerate() {
+                    for (i, x) in lays[side].iter().enumerate() {
+                        if !b.contains(&(i as i64)) && !c.contains(&(i as i64)) {
+                            l.push(x.clone());
+                        }
+                    }
+                }
+                (vec![lhs, rhs], vec![l])
+            }
+            Convolution => {
+                if lays[1].iter().any(|x| !x.is_exact()) {
+                    return Err(self.fail("the convolution kernel has a padded dim"));
+                }
+                let nd = rank(0);
+                if a.int("batch_group_count").unwrap_or(1) != 1 && !lays[0][0].is_exact() {
+                    return Err(self.fail("a grouped-batch convolution over a padded batch"));
+                }
+                let dims = self.old_dims(d.results[0]);
+                let mut l = vec![lays[0][0].clone(), DimLayout::Exact];
+                for i in 2..nd {
+                    l.push(match &lays[0][i] {
+                        DimLayout::Exact => DimLayout::Exact,
+                        x if x.prefix_extent().is_some() => match &dims[i] {
+                            Some(e) => DimLayout::Factors(vec![Factor { padded: self.eval(e).unwrap_or(0), extent: e.clone() }]),
+                            None => DimLayout::Exact,
+                        },
+                        _ => return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i)))),
+                    });
+                }
+                let x = self.mask(ins[0], &lays[0], &(1..nd).collect::<Vec<_>>(), Fill::Scalar(Scalar::Float(0.0)))?;
+                (vec![x, ins[1]], vec![l])
+            }
+            Reduce => {
+                let dims = as_usize(&ints("dimensions"));
+                let kind: ReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no reduction kind"))?;
+                let dt = old.values[d.operands[0]].ty.dtype;
+                let fill = match kind {
+                    ReduceKind::Sum | ReduceKind::Or => Scalar::Int(0),
+                    ReduceKind::Prod | ReduceKind::And => Scalar::Int(1),
+                    ReduceKind::Max => lowest(dt),
+                    ReduceKind::Min => highest(dt),
+                };
+                let x = self.mask(ins[0], &lays[0], &dims, Fill::Scalar(fill))?;
+                let l = (0..rank(0)).filter(|i| !dims.contains(i)).map(|i| lays[0][i].clone()).collect();
+                (vec![x], vec![l])
+            }
+            ArgReduce => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                let kind: ArgReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
+                let dt = old.values[d.operands[0]].ty.dtype;
+                let fill = if kind == ArgReduceKind::Argmax { lowest(dt) } else { highest(dt) };
+                let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
+                let l = (0..rank(0)).filter(|&i| i != dim).map(|i| lays[0][i].clone()).collect();
+                (vec![x], vec![l])
+            }
+            ReduceWindow => {
+                let kind: WindowKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
+                let dt = old.values[d.operands[0]].ty.dtype;
+                let fill = match kind {
+                    WindowKind::Sum => Scalar::Int(0),
+                    WindowKind::Max => lowest(dt),
+                    WindowKind::Min => highest(dt),
+                };
+                let (win, st, bd, wd, pad) = (
+                    ints("window_dimensions"),
+                    ints("window_strides"),
+                    ints("base_dilations"),
+                    ints("window_dilations"),
+                    ints("padding"),
+                );
+                let dims = self.old_dims(d.results[0]);
+                let mut l = Vec::new();
+                let mut mask_dims = Vec::new();
+                for (i, x) in lays[0].iter().enumerate() {
+                    let trivial = win[i] == 1
+                        && st.get(i).copied().unwrap_or(1) == 1
+                        && bd.get(i).copied().unwrap_or(1) == 1
+                        && wd.get(i).copied().unwrap_or(1) == 1
+                        && pad.get(2 * i).copied().unwrap_or(0) == 0
+                        && pad.get(2 * i + 1).copied().unwrap_or(0) == 0;
+                    if x.is_exact() || trivial {
+                        l.push(x.clone());
+                        continue;
+                    }
+                    if x.prefix_extent().is_none() {
+                        return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i))));
+                    }
+                    mask_dims.push(i);
+                    l.push(match &dims[i] {
+                        Some(e) => DimLayout::Factors(vec![Factor { padded: self.eval(e).unwrap_or(0), extent: e.clone() }]),
+                        None => DimLayout::Exact,
+                    });
+                }
+                let x = self.mask(ins[0], &lays[0], &mask_dims, Fill::Scalar(fill))?;
+                (vec![x], vec![l])
+            }
+            Scan => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                let mut l = lays[0].clone();
+                l[dim] = match &lays[0][dim] {
+                    DimLayout::Exact => DimLayout::Exact,
+                    DimLayout::Uniform(e) => {
+                        DimLayout::Factors(vec![Factor { padded: self.shape(ins[0])[dim], extent: e.clone() }])
+                    }
+                    DimLayout::Factors(f) if f.len() == 1 => lays[0][dim].clone(),
+                    DimLayout::Factors(_) => {
+                        return Err(self.fail(format!("scans {}, a product of padded dims", self.padded_dim_note(d.operands[0], dim))))
+                    }
+                };
+                (ins, vec![l])
+            }
+            Sort => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                if !lays[0][dim].is_exact() {
+                    return Err(self.fail(format!("sorts along {}", self.padded_dim_note(d.operands[0], dim))));
+                }
+                (ins, vec![lays[0].clone(), lays[0].clone()])
+            }
+            Softmax | LogSoftmax => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                let dt = old.values[d.operands[0]].ty.dtype;
+                let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(lowest(dt)))?;
+                let mut l = lays[0].clone();
+                if let DimLayout::Uniform(e) = &l[dim] {
+                    l[dim] = DimLayout::Factors(vec![Factor { padded: self.shape(ins[0])[dim], extent: e.clone() }]);
+                }
+                (vec![x], vec![l])
+            }
+            LayerNorm => {
+                let nr = a.int("normalized_rank").unwrap_or(1) as usize;
+                let r = rank(0);
+                if let Some(i) = (r - nr..r).find(|&i| !lays[0][i].is_exact()) {
+                    return Err(self.fail(format!("normalizes over {}", self.padded_dim_note(d.operands[0], i))));
+                }
+                (ins, vec![lays[0].clone(), lays[0].clone(), lays[0].clone()])
+            }
+            Attention => {
+                let r = rank(0);
+                let (q, k, v) = (&lays[0], &lays[1], &lays[2]);
+                if !q[r - 1].is_exact() || !k[r - 1].is_exact() || !v[r - 1].is_exact() {
+                    return Err(self.fail("the head dim is padded"));
+                }
+                let causal = a.bool("is_causal").unwrap_or(false);
+                let keys_ok = k[r - 2].is_exact() || causal && q[r - 2] == k[r - 2] && ins.len() == 3;
+                if !keys_ok {
+                    return Err(self.fail(format!(
+                        "attends over padded keys ({}) without is_causal over equally padded queries",
+                        self.padded_dim_note(d.operands[1], r - 2)
+                    )));
+                }
+                if ins.len() == 4 && lays[3].iter().any(|x| !x.is_exact()) {
+                    return Err(self.fail("the attention mask has a padded dim"));
+                }
+                let mut l = Vec::new();
+                for i in 0..r - 2 {
+                    let x = self.unify(&q[i], &k[i], d.operands[1], i)?;
+                    l.push(self.unify(&x, &v[i], d.operands[2], i)?);
+                }
+                l.push(q[r - 2].clone());
+                l.push(DimLayout::Exact);
+                (ins, vec![l])
+            }
+            Gather => {
+                let l = self.gather_layout(op, &lays)?;
+                (ins, vec![l])
+            }
+            Scatter => {
+                if lays[1..].iter().any(|l| l.iter().any(|x| !x.is_exact())) {
+                    return Err(self.fail("scatter indices or updates have a padded dim"));
+                }
+                (ins, vec![lays[0].clone()])
+            }
+            SelectAndScatterAdd => return Err(self.fail("max-pool gradient over a padded dim")),
+            Composite => return self.composite(op, &ins),
+            Return | Yield => unreachable!("terminators are handled by the block walk"),
+        };
+        let outs = self.emit(op, &new_ins, &[])?;
+        for ((&r, _), l) in d.results.iter().zip(&outs).zip(out_lays) {
+            self.lay.insert(r, l);
+        }
+        Ok(())
+    }
+
+    /// Builds `op` with new operands and regions, its attributes and its specialized result
+    /// types, and maps its results.
+    fn emit(&mut self, op: OpId, ins: &[ValueId], regions: &[RegionId]) -> R<Vec<ValueId>> {
+        let d = &self.old.ops[op];
+        let types = d.results.iter().map(|&r| self.spec_type(&self.old.values[r].ty)).collect::<R<Vec<_>>>()?;
+        let n = self.new.create_op(d.opcode, ins, d.attrs.clone(), Some(&types), regions).map_err(|e| self.ir(e))?;
+        self.new.append_op(self.block, n);
+        self.new.set_loc(n, self.loc);
+        let outs = self.new.ops[n].results.to_vec();
+        for (&r, &v) in d.results.iter().zip(&outs) {
+            self.vmap.insert(r, v);
+        }
+        Ok(outs)
+    }
+
+    /// A composite: inlined when an operand is padded, else copied with its region.
+    fn composite(&mut self, op: OpId, ins: &[ValueId]) -> R<()> {
+        let old = self.old;
+        let d = &old.ops[op];
+        let body = old.regions[d.regions[0]].blocks[0];
+        let padded = d.operands.iter().any(|v| self.lay[v].iter().any(|x| !x.is_exact()));
+        let args = old.blocks[body].args.clone();
+        if padded {
+            for (i, &a) in args.iter().enumerate() {
+                self.vmap.insert(a, ins[i]);
+                let l = self.lay[&d.operands[i]].clone();
+                self.lay.insert(a, l);
+            }
+            let outs = self.block_ops(body, BlockMode::Inline)?;
+            for (&r, o) in d.results.iter().zip(outs) {
+                let (v, l) = (self.vmap[&o], self.lay[&o].clone());
+                self.vmap.insert(r, v);
+                self.lay.insert(r, l);
+            }
+            return Ok(());
+        }
+        let types = args.iter().map(|&a| self.spec_type(&old.values[a].ty)).collect::<R<Vec<_>>>()?;
+        let (region, block) = self.new.new_region(&types);
+        let new_args = self.new.blocks[block].args.clone();
+        for (i, &a) in args.iter().enumerate() {
+            self.vmap.insert(a, new_args[i]);
+            self.lay.insert(a, vec![DimLayout::Exact; old.values[a].ty.rank()]);
+        }
+        let outer = std::mem::replace(&mut self.block, block);
+        let (cur, loc) = (self.cur, self.loc);
+        self.block_ops(body, BlockMode::Copy)?;
+        self.block = outer;
+        self.cur = cur;
+        self.loc = loc;
+        let outs = self.emit(op, ins, &[region])?;
+        for (&r, _) in d.results.iter().zip(&outs) {
+            self.lay.insert(r, vec![DimLayout::Exact; old.values[r].ty.rank()]);
+        }
+        Ok(())
+    }
+
+    /// Per dim of an old value: its expression when symbolic.
+    fn old_dims(&self, v: ValueId) -> Vec<Option<SymExpr>> {
+        self.old.values[v]
+            .ty
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Static(_) => None,
+                Dim::Sym(e) => Some(e.clone()),
+            })
+            .collect()
+    }
+
+    /// Two operands' layouts of one dim of an elementwise op.
+    fn unify(&self, a: &DimLayout, b: &DimLayout, v: ValueId, d: usize) -> R<DimLayout> {
+        Ok(match (a, b) {
+            (DimLayout::Uniform(_), x) | (x, DimLayout::Uniform(_)) => x.clone(),
+            (x, y) if x == y => x.clone(),
+            (DimLayout::Exact, _) | (_, DimLayout::Exact) => {
+                return Err(self.fail(format!("{} is padded in one operand and not in another", self.padded_dim_note(v, d))))
+            }
+            _ => {
+                return Err(self.fail(format!(
+                    "{} is padded differently in two operands (e.g. a reshaped product of sizes meets an iota)",
+                    self.padded_dim_note(v, d)
+                )))
+            }
+        })
+    }
+
+    /// Regroups the input's factors into the output dims.
+    fn reshape_layout(&self, x: ValueId, lay: &Layout, out: ValueId) -> R<Layout> {
+        let in_shape = self.spec_type(&self.old.values[x].ty)?.static_dims().unwrap_or_default();
+        let out_ty = self.spec_type(&self.old.values[out].ty)?;
+        let out_shape = out_ty.static_dims().unwrap_or_default();
+        let mut pieces: Vec<Factor> = Vec::new();
+        for (i, l) in lay.iter().enumerate() {
+            pieces.extend(l.factors(in_shape[i]).into_iter().filter(|f| f.padded != 1));
+        }
+        pieces.reverse(); // pop from the outermost
+        let mut res = Vec::with_capacity(out_shape.len());
+        for &q in &out_shape {
+            let mut got: Vec<Factor> = Vec::new();
+            let mut prod: i64 = 1;
+            while prod < q {
+                let Some(f) = pieces.pop() else { break };
+                if prod * f.padded <= q {
+                    prod *= f.padded;
+                    got.push(f);
+                } else if f.extent.as_const() == Some(f.padded) && f.padded % (q / prod) == 0 && q % prod == 0 {
+                    let take = q / prod;
+                    got.push(Factor { padded: take, extent: SymExpr::constant(take) });
+                    let rest = f.padded / take;
+                    pieces.push(Factor { padded: rest, extent: SymExpr::constant(rest) });
+                    prod = q;
+                } else {
+                    return Err(self.fail(format!(
+                        "reshape {} -> {} splits a padded dim of size {} (padded to {})",
+                        self.old.values[x].ty, self.old.values[out].ty, f.extent, f.padded
+                    )));
+                }
+            }
+            if prod != q {
+                return Err(self.fail(format!("reshape {} -> {}: internal factor mismatch", self.old.values[x].ty, self.old.values[out].ty)));
+            }
+            res.push(from_factors(got));
+        }
+        Ok(res)
+    }
+
+    fn gather_layout(&self, op: OpId, lays: &[Layout]) -> R<Layout> {
+        let d = &self.old.ops[op];
+        let a = &d.attrs;
+        let ints = |n: &str| a.ints(n).unwrap_or(&[]).to_vec();
+        let (offset, collapsed, obatch, start_map, sizes) =
+            (ints("offset_dims"), ints("collapsed_slice_dims"), ints("operand_batching_dims"), ints("start_index_map"), ints("slice_sizes"));
+        let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
+        let op_shape = self.spec_type(&self.old.values[d.operands[0]].ty)?.static_dims().unwrap_or_default();
+        let out_rank = self.old.values[d.results[0]].ty.rank();
+        if !obatch.is_empty() && lays.iter().any(|l| l.iter().any(|x| !x.is_exact())) {
+            return Err(self.fail("batched gather with padded dims"));
+        }
+        if lays[1].get(ivd).is_some_and(|x| !x.is_exact()) {
+            return Err(self.fail("the index vector dim of a gather is padded"));
+        }
+        // Offset dims: operand dims not collapsed, in order.
+        let kept: Vec<usize> = (0..op_shape.len()).filter(|i| !collapsed.contains(&(*i as i64)) && !obatch.contains(&(*i as i64))).collect();
+        let mut offset_lays = Vec::new();
+        for &i in &kept {
+            let x = &lays[0][i];
+            if x.is_exact() {
+                offset_lays.push(DimLayout::Exact);
+            } else if sizes[i] == op_shape[i] && !start_map.contains(&(i as i64)) {
+                offset_lays.push(x.clone());
+            } else if sizes[i] == 1 || start_map.contains(&(i as i64)) && sizes[i] <= 1 {
+                offset_lays.push(DimLayout::Exact);
+            } else {
+                return Err(self.fail(format!("gathers a window of {}", self.padded_dim_note(d.operands[0], i))));
+            }
+        }
+        let batch_lays: Vec<DimLayout> = lays[1].iter().enumerate().filter(|(i, _)| *i != ivd).map(|(_, x)| x.clone()).collect();
+        let (mut bi, mut oi) = (batch_lays.into_iter(), offset_lays.into_iter());
+        Ok((0..out_rank)
+            .map(|i| if offset.contains(&(i as i64)) { oi.next() } else { bi.next() }.unwrap_or(DimLayout::Exact))
+            .collect())
+    }
+
+    // ------------------------------------------------------------------ masks
+
+    /// `x` with the padding of `dims` replaced by `fill`.
+    fn mask(&mut self, x: ValueId, lay: &Layout, dims: &[usize], fill: Fill) -> R<ValueId> {
+        let shape = self.shape(x);
+        let dt = self.new.values[x].ty.dtype;
+        let mut cond: Option<ValueId> = None;
+        for &dm in dims {
+            if lay[dm].is_exact() {
+                continue;
+            }
+            let f = lay[dm].factors(shape[dm]);
+            let v = self.valid(shape[dm], &f)?;
+            let full: Vec<Dim> = shape.iter().map(|&s| Dim::Static(s)).collect();
+            let bv = self.b().broadcast_in_dim(v, &[dm as i64], full).map_err(|e| self.ir(e))?;
+            cond = Some(match cond {
+                None => bv,
+                Some(c) => self.b().binary(Opcode::And, c, bv).map_err(|e| self.ir(e))?,
+            });
+        }
+        let Some(cond) = cond else { return Ok(x) };
+        let ty = TensorType::from_static(dt, &shape);
+        let fillv = match fill {
+            Fill::Scalar(s) => self.b().splat(s, ty).map_err(|e| self.ir(e))?,
+            Fill::Value(v) => {
+                let full: Vec<Dim> = shape.iter().map(|&s| Dim::Static(s)).collect();
+                self.b().broadcast_in_dim(v, &[], full).map_err(|e| self.ir(e))?
+            }
+        };
+        self.b().select(cond, x, fillv).map_err(|e| self.ir(e))
+    }
+
+    /// A bool vector of `padded` positions: true where every factor's index is in range.
+    fn valid(&mut self, padded: i64, factors: &[Factor]) -> R<ValueId> {
+        let i64t = TensorType::from_static(DType::I64, &[padded]);
+        let iota = self.b().iota(i64t.clone(), 0).map_err(|e| self.ir(e))?;
+        let mut stride = padded;
+        let mut cond: Option<ValueId> = None;
+        for (k, f) in factors.iter().enumerate() {
+            stride /= f.padded.max(1);
+            if f.extent.as_const() == Some(f.padded) {
+                continue;
+            }
+            let mut idx = iota;
+            if stride > 1 {
+                let s = self.b().splat(Scalar::Int(stride), i64t.clone()).map_err(|e| self.ir(e))?;
+                idx = self.b().binary(Opcode::Div, idx, s).map_err(|e| self.ir(e))?;
+            }
+            if k > 0 {
+                let p = self.b().splat(Scalar::Int(f.padded), i64t.clone()).map_err(|e| self.ir(e))?;
+                idx = self.b().binary(Opcode::Rem, idx, p).map_err(|e| self.ir(e))?;
+            }
+            let n = self.extent(&f.extent)?;
+            let nb = self.b().broadcast_in_dim(n, &[], vec![Dim::Static(padded)]).map_err(|e| self.ir(e))?;
+            let c = self.b().compare(Direction::Lt, idx, nb).map_err(|e| self.ir(e))?;
+            cond = Some(match cond {
+                None => c,
+                Some(p) => self.b().binary(Opcode::And, p, c).map_err(|e| self.ir(e))?,
+            });
+        }
+        match cond {
+            Some(c) => Ok(c),
+            None => self.b().splat(Scalar::Bool(true), TensorType::from_static(DType::Bool, &[padded])).map_err(|e| self.ir(e)),
+        }
+    }
+
+    /// The real value of a size expression, as an i64 scalar computed from the size arguments.
+    fn extent(&mut self, e: &SymExpr) -> R<ValueId> {
+        if let Some(&v) = self.extents.get(e) {
+            return Ok(v);
+        }
+        // Size arithmetic is built in `main`'s block; composites that need it are inlined.
+        let mut total: Option<ValueId> = None;
+        let terms: Vec<(i64, Vec<Atom>)> = e.terms().map(|(c, a)| (c, a.to_vec())).collect();
+        for (coeff, atoms) in terms {
+            let mut p: Option<ValueId> = None;
+            if coeff != 1 || atoms.is_empty() {
+                p = Some(self.b().scalar(Scalar::Int(coeff), DType::I64).map_err(|e| self.ir(e))?);
+            }
+            for atom in atoms {
+                let v = match &atom {
+                    Atom::Sym(s) => *self.size_val.get(&**s).ok_or_else(|| self.fail(format!("no size for `{s}`")))?,
+                    Atom::FloorDiv(x, c) | Atom::Mod(x, c) => {
+                        let xv = self.extent(x)?;
+                        let cv = self.b().scalar(Scalar::Int(*c), DType::I64).map_err(|e| self.ir(e))?;
+                        let opc = if matches!(atom, Atom::FloorDiv(..)) { Opcode::Div } else { Opcode::Rem };
+                        self.b().binary(opc, xv, cv).map_err(|e| self.ir(e))?
+                    }
+                };
+                p = Some(match p {
+                    None => v,
+                    Some(q) => self.b().binary(Opcode::Mul, q, v).map_err(|e| self.ir(e))?,
+                });
+            }
+            let p = p.expect("a term has a coefficient or atoms");
+            total = Some(match total {
+                None => p,
+                Some(t) => self.b().binary(Opcode::Add, t, p).map_err(|e| self.ir(e))?,
+            });
+        }
+        let v = match total {
+            Some(v) => v,
+            None => self.b().scalar(Scalar::Int(0), DType::I64).map_err(|e| self.ir(e))?,
+        };
+        self.extents.insert(e.clone(), v);
+        Ok(v)
+    }
+
+    /// `reverse` of a padded prefix along `dim`: position `i` takes `x[n - 1 - i]`.
+    fn reverse_prefix(&mut self, x: ValueId, dim: usize, e: &SymExpr) -> R<ValueId> {
+        let shape = self.shape(x);
+        let p = shape[dim];
+        let t = TensorType::from_static(DType::I64, &[p]);
+        let n = self.extent(e)?;
+        let one = self.b().scalar(Scalar::Int(1), DType::I64).map_err(|e| self.ir(e))?;
+        let last = self.b().binary(Opcode::Sub, n, one).map_err(|e| self.ir(e))?;
+        let lastb = self.b().broadcast_in_dim(last, &[], vec![Dim::Static(p)]).map_err(|e| self.ir(e))?;
+        let iota = self.b().iota(t.clone(), 0).map_err(|e| self.ir(e))?;
+        let idx = self.b().binary(Opcode::Sub, lastb, iota).map_err(|e| self.ir(e))?;
+        let zero = self.b().splat(Scalar::Int(0), t).map_err(|e| self.ir(e))?;
+        let idx = self.b().binary(Opcode::Max, idx, zero).map_err(|e| self.ir(e))?;
+        let idx = self.b().reshape(idx, vec![Dim::Static(p), Dim::Static(1)]).map_err(|e| self.ir(e))?;
+        let r = shape.len() as i64;
+        let mut sizes = shape.clone();
+        sizes[dim] = 1;
+        let attrs = Attrs::new()
+            .with("offset_dims", Attr::Ints((0..r).filter(|&i| i != dim as i64).collect()))
+            .with("collapsed_slice_dims", Attr::Ints(vec![dim as i64]))
+            .with("operand_batching_dims", Attr::Ints(vec![]))
+            .with("start_indices_batching_dims", Attr::Ints(vec![]))
+            .with("start_index_map", Attr::Ints(vec![dim as i64]))
+            .with("index_vector_dim", Attr::Int(1))
+            .with("slice_sizes", Attr::Ints(sizes));
+        let ty = self.new.values[x].ty.clone();
+        self.b().build1(Opcode::Gather, &[x, idx], attrs, Some(ty)).map_err(|e| self.ir(e))
+    }
+}
+
+enum Fill {
+    Scalar(Scalar),
+    Value(ValueId),
+}
+
+fn as_usize(v: &[i64]) -> Vec<usize> {
+    v.iter().map(|&x| x as usize).collect()
+}
+
+/// The smallest value of a dtype (what `max` reductions ignore).
+fn lowest(dt: DType) -> Scalar {
+    match dt {
+        DType::Bool => Scalar::Bool(false),
+        DType::I8 => Scalar::Int(i8::MIN.into()),
+        DType::I16 => Scalar::Int(i16::MIN.into()),
+        DType::I32 => Scalar::Int(i32::MIN.into()),
+        DType::I64 => Scalar::Int(i64::MIN),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => Scalar::UInt(0),
+        DType::F8E4M3FN => Scalar::Float(-448.0),
+        _ => Scalar::Float(f64::NEG_INFINITY),
+    }
+}
+
+/// The largest value of a dtype (what `min` reductions ignore).
+fn highest(dt: DType) -> Scalar {
+    match dt {
+        DType::Bool => Scalar::Bool(true),
+        DType::I8 => Scalar::Int(i8::MAX.into()),
+        DType::I16 => Scalar::Int(i16::MAX.into()),
+        DType::I32 => Scalar::Int(i32::MAX.into()),
+        DType::I64 => Scalar::Int(i64::MAX),
+        DType::U8 => Scalar::UInt(u8::MAX.into()),
+        DType::U16 => Scalar::UInt(u16::MAX.into()),
+        DType::U32 => Scalar::UInt(u32::MAX.into()),
+        DType::U64 => Scalar::UInt(u64::MAX),
+        DType::F8E4M3FN => Scalar::Float(448.0),
+        _ => Scalar::Float(f64::INFINITY),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_opcode_is_classified_with_a_rule() {
+        for &op in Opcode::ALL {
+            let (_, rule) = handling(op);
+            assert!(!rule.is_empty(), "{op} has no rule");
+        }
+    }
+}
