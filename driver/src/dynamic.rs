@@ -69,6 +69,9 @@ pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecEr
                 s.name, s.name
             )));
         };
+        if n < 1 {
+            return Err(ExecError::BadInput(format!("symbol `{}` has size {n}: bucketed programs need sizes of at least 1", s.name)));
+        }
         if n < s.min || s.max.is_some_and(|hi| n > hi) {
             let hi = s.max.map_or("inf".to_string(), |h| h.to_string());
             return Err(ExecError::BadInput(format!("size {n} of symbol `{}` is outside its range [{}, {hi}]", s.name, s.min)));

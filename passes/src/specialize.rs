@@ -85,6 +85,12 @@ fn from_factors(f: Vec<Factor>) -> DimLayout {
     }
 }
 
+/// A padded dim whose first `extent` of `padded` positions are valid (`Exact` when `padded`
+/// is 1: sizes are at least 1).
+fn prefix(padded: i64, extent: SymExpr) -> DimLayout {
+    from_factors(vec![Factor { padded, extent }])
+}
+
 /// The layout of every dim of one value.
 pub type Layout = Vec<DimLayout>;
 
@@ -198,7 +204,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Spec
             .iter()
             .map(|d| match d {
                 Dim::Static(_) => DimLayout::Exact,
-                Dim::Sym(e) => DimLayout::Factors(vec![Factor { padded: sp.eval(e).unwrap_or(0), extent: e.clone() }]),
+                Dim::Sym(e) => prefix(sp.eval(e).unwrap_or(0), e.clone()),
             })
             .collect();
         sp.lay.insert(a, layout);
@@ -359,7 +365,7 @@ impl<'a> Sp<'a> {
                     .enumerate()
                     .map(|(i, e)| match e {
                         None => DimLayout::Exact,
-                        Some(e) if i == dim => DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]),
+                        Some(e) if i == dim => prefix(self.eval(&e).unwrap_or(0), e),
                         Some(e) => DimLayout::Uniform(e),
                     })
                     .collect();
@@ -402,6 +408,24 @@ impl<'a> Sp<'a> {
             Slice => {
                 let (st, lim, str_) = (ints("start_indices"), ints("limit_indices"), ints("strides"));
                 let shape = self.shape(ins[0]);
+                // A symbolic dim is sliced whole, with the limit i64::MAX: the bucket's size now.
+                let limits: Vec<i64> = lim.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
+                if limits != lim {
+                    let mut attrs = a.clone();
+                    attrs.set("limit_indices", Attr::Ints(limits.clone()));
+                    let outs = self.emit_with(op, &ins, attrs, &[])?;
+                    let l = lays[0]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| if st[i] == 0 && limits[i] == shape[i] && str_[i] == 1 { x.clone() } else { DimLayout::Exact })
+                        .collect::<Vec<_>>();
+                    if let Some(i) = (0..l.len()).find(|&i| !lays[0][i].is_exact() && l[i].is_exact()) {
+                        return Err(self.fail(format!("cuts {}", self.padded_dim_note(d.operands[0], i))));
+                    }
+                    self.lay.insert(d.results[0], l);
+                    let _ = outs;
+                    return Ok(());
+                }
                 let mut l = Vec::with_capacity(lays[0].len());
                 for (i, x) in lays[0].iter().enumerate() {
                     l.push(match x {
@@ -445,7 +469,7 @@ impl<'a> Sp<'a> {
                 l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
                     (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
                     (x, Some(e)) => match x.prefix_extent() {
-                        Some(_) => DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]),
+                        Some(_) => prefix(self.eval(&e).unwrap_or(0), e),
                         None => return Err(self.fail(format!("the last operand's dim {dim} is a product of padded dims"))),
                     },
                 };
@@ -469,7 +493,7 @@ impl<'a> Sp<'a> {
                     mask_dims.push(i);
                     let _ = lo;
                     let e = dims[i].clone().unwrap_or_default();
-                    l[i] = DimLayout::Factors(vec![Factor { padded: self.eval(&e).unwrap_or(0), extent: e }]);
+                    l[i] = prefix(self.eval(&e).unwrap_or(0), e);
                 }
                 let x = self.mask(ins[0], &lays[0], &mask_dims, Fill::Value(ins[1]))?;
                 (vec![x, ins[1]], vec![l])
@@ -543,7 +567,7 @@ impl<'a> Sp<'a> {
                     l.push(match &lays[0][i] {
                         DimLayout::Exact => DimLayout::Exact,
                         x if x.prefix_extent().is_some() => match &dims[i] {
-                            Some(e) => DimLayout::Factors(vec![Factor { padded: self.eval(e).unwrap_or(0), extent: e.clone() }]),
+                            Some(e) => prefix(self.eval(e).unwrap_or(0), e.clone()),
                             None => DimLayout::Exact,
                         },
                         _ => return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i)))),
@@ -609,7 +633,7 @@ impl<'a> Sp<'a> {
                     }
                     mask_dims.push(i);
                     l.push(match &dims[i] {
-                        Some(e) => DimLayout::Factors(vec![Factor { padded: self.eval(e).unwrap_or(0), extent: e.clone() }]),
+                        Some(e) => prefix(self.eval(e).unwrap_or(0), e.clone()),
                         None => DimLayout::Exact,
                     });
                 }
@@ -622,7 +646,7 @@ impl<'a> Sp<'a> {
                 l[dim] = match &lays[0][dim] {
                     DimLayout::Exact => DimLayout::Exact,
                     DimLayout::Uniform(e) => {
-                        DimLayout::Factors(vec![Factor { padded: self.shape(ins[0])[dim], extent: e.clone() }])
+                        prefix(self.shape(ins[0])[dim], e.clone())
                     }
                     DimLayout::Factors(f) if f.len() == 1 => lays[0][dim].clone(),
                     DimLayout::Factors(_) => {
@@ -644,7 +668,7 @@ impl<'a> Sp<'a> {
                 let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(lowest(dt)))?;
                 let mut l = lays[0].clone();
                 if let DimLayout::Uniform(e) = &l[dim] {
-                    l[dim] = DimLayout::Factors(vec![Factor { padded: self.shape(ins[0])[dim], extent: e.clone() }]);
+                    l[dim] = prefix(self.shape(ins[0])[dim], e.clone());
                 }
                 (vec![x], vec![l])
             }
@@ -706,9 +730,15 @@ impl<'a> Sp<'a> {
     /// Builds `op` with new operands and regions, its attributes and its specialized result
     /// types, and maps its results.
     fn emit(&mut self, op: OpId, ins: &[ValueId], regions: &[RegionId]) -> R<Vec<ValueId>> {
+        let attrs = self.old.ops[op].attrs.clone();
+        self.emit_with(op, ins, attrs, regions)
+    }
+
+    /// [`Self::emit`] with other attributes.
+    fn emit_with(&mut self, op: OpId, ins: &[ValueId], attrs: Attrs, regions: &[RegionId]) -> R<Vec<ValueId>> {
         let d = &self.old.ops[op];
         let types = d.results.iter().map(|&r| self.spec_type(&self.old.values[r].ty)).collect::<R<Vec<_>>>()?;
-        let n = self.new.create_op(d.opcode, ins, d.attrs.clone(), Some(&types), regions).map_err(|e| self.ir(e))?;
+        let n = self.new.create_op(d.opcode, ins, attrs, Some(&types), regions).map_err(|e| self.ir(e))?;
         self.new.append_op(self.block, n);
         self.new.set_loc(n, self.loc);
         let outs = self.new.ops[n].results.to_vec();

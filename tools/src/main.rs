@@ -539,7 +539,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Compile(a) => {
-            let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
+            let imported = tpuc_driver::import(&a.model)?;
+            if !imported.module.symbols.is_empty() {
+                return compile_buckets(&a, imported);
+            }
+            let options = a.pipeline.options(a.inline_weights, a.target.target);
+            let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
+            report_passes(&lowered, options.pass_timing);
             let cache = a.target.cache.open();
             let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
             if let Some(out) = &a.output {
@@ -568,6 +574,80 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
     }
 }
+
+/// `tpuc compile` of a program with symbolic dims: every bucket of the plan, one table row
+/// (or JSON entry) each.
+fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(), Failure> {
+    use tpuc_driver::dynamic::{bucket_name, Sizes};
+    if a.output.is_some() {
+        return Err(Failure::User("-o writes one executable; a program with symbolic dims compiles one per bucket (they go to the cache)".into()));
+    }
+    let plan = a.buckets.plan_for(&imported.module)?;
+    let options = a.pipeline.options(a.inline_weights, a.target.target);
+    let cache = a.target.cache.open();
+    // Every combination of the symbols' buckets, the first symbol outermost.
+    let mut combos: Vec<Sizes> = vec![Sizes::new()];
+    for p in &plan.symbols {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                p.buckets.iter().map(move |&b| {
+                    let mut c = c.clone();
+                    c.insert(p.name.clone(), b);
+                    c
+                })
+            })
+            .collect();
+    }
+    let serves = |name: &str, b: i64| -> (i64, i64) {
+        let p = plan.symbol(name).expect("planned symbol");
+        let i = p.buckets.iter().position(|&x| x == b).unwrap_or(0);
+        (if i == 0 { p.min } else { p.buckets[i - 1] + 1 }, b)
+    };
+    let mut rows = Vec::new();
+    let mut entries = Vec::new();
+    for bucket in &combos {
+        let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, bucket, &options, Emit::StableHlo)?;
+        report_passes(&bl.lowered, options.pass_timing);
+        let name = bucket_name(bucket);
+        let compiled = compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &format!("{} [{name}]", a.model.display()))?;
+        let sm = &compiled.summary;
+        let range: Vec<String> = bucket.iter().map(|(k, &b)| {
+            let (lo, hi) = serves(k, b);
+            format!("{k} {lo}..{hi}")
+        }).collect();
+        rows.push(vec![
+            name.clone(),
+            range.join(", "),
+            format!("{:.3}", sm.compile_seconds),
+            sm.executable_bytes.to_string(),
+            sm.cache.to_string(),
+        ]);
+        let mut v = serde_json::to_value(sm).map_err(|e| Failure::Internal(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("sizes".into(), serde_json::to_value(bucket).map_err(|e| Failure::Internal(e.to_string()))?);
+            let sv: BTreeMapJson = bucket.keys().map(|k| (k.clone(), serves(k, bucket[k]))).collect();
+            o.insert("serves".into(), serde_json::to_value(sv).map_err(|e| Failure::Internal(e.to_string()))?);
+        }
+        entries.push(v);
+    }
+    if a.json {
+        println!("{}", serde_json::json!({ "buckets": entries }));
+        return Ok(());
+    }
+    let head = ["bucket", "serves", "compile s", "bytes", "cache"];
+    let widths: Vec<usize> = (0..head.len()).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0).max(head[i].len())).collect();
+    let line = |cells: &[String]| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+    println!("{}", line(&head.map(String::from)));
+    for r in &rows {
+        println!("{}", line(r));
+    }
+    let total: f64 = entries.iter().filter_map(|e| e["compile_seconds"].as_f64()).sum();
+    println!("{} bucket(s), {:.3} s", rows.len(), total);
+    Ok(())
+}
+
+type BTreeMapJson = std::collections::BTreeMap<String, (i64, i64)>;
 
 /// Imports and lowers to StableHLO for compiling.
 fn lower_for(model: &std::path::Path, options: LowerOptions) -> Result<tpuc_driver::Lowered, Failure> {
