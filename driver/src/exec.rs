@@ -535,7 +535,7 @@ pub struct Runner<'c> {
     loaded: &'c rt::LoadedExecutable,
     specs: Vec<ArgSpec>,
     /// One slot per argument: the resident weight buffer, or `None` for a user input.
-    resident: Vec<Option<rt::Buffer>>,
+    resident: Vec<Option<std::sync::Arc<rt::Buffer>>>,
     results: Vec<TensorType>,
 }
 
@@ -565,7 +565,7 @@ impl<'c> Runner<'c> {
             })?;
             let dims = w.ty.static_dims().unwrap_or_default();
             let bytes = w.to_dense_bytes();
-            resident.push(Some(client.buffer_from_host(&bytes, element_type(w.ty.dtype), &dims, None)?));
+            resident.push(Some(std::sync::Arc::new(client.buffer_from_host(&bytes, element_type(w.ty.dtype), &dims, None)?)));
         }
         Ok(Runner { loaded, specs, resident, results: result_types(module) })
     }
@@ -586,7 +586,7 @@ impl<'c> Runner<'c> {
             )));
         }
         let b = self.loaded.client().buffer_from_host(&tensor.bytes, element_type(tensor.dtype), &tensor.dims, None)?;
-        self.resident[i] = Some(b);
+        self.resident[i] = Some(std::sync::Arc::new(b));
         Ok(())
     }
 
@@ -647,16 +647,16 @@ impl<'c> Runner<'c> {
 
 /// The arguments of one execute, in order: the resident weights in their slots and the
 /// freshly uploaded user inputs, in order, in the others.
-pub(crate) fn argument_list<'a, B: std::ops::Deref<Target = rt::Buffer>>(
-    resident: &'a [Option<rt::Buffer>],
+pub(crate) fn argument_list<'a, R: std::ops::Deref<Target = rt::Buffer>, B: std::ops::Deref<Target = rt::Buffer>>(
+    resident: &'a [Option<R>],
     uploaded: &'a [B],
 ) -> Vec<&'a rt::Buffer> {
     let mut next = uploaded.iter();
     resident
         .iter()
         .map(|slot| match slot {
-            Some(b) => b,
-            None => next.next().expect("one upload per user input"),
+            Some(b) => &**b,
+            None => &**next.next().expect("one upload per user input"),
         })
         .collect()
 }

@@ -40,6 +40,8 @@ pub struct SessionOptions {
     pub verify_each: bool,
     /// Name of the program (file names of dumps, messages).
     pub name: String,
+    /// For a program with symbolic dims: the bucket (padded size per symbol) to compile.
+    pub bucket: Option<crate::dynamic::Sizes>,
 }
 
 impl Default for SessionOptions {
@@ -51,6 +53,7 @@ impl Default for SessionOptions {
             dump_dir: None,
             verify_each: false,
             name: "graph".to_string(),
+            bucket: None,
         }
     }
 }
@@ -83,8 +86,13 @@ pub struct Program {
     pub serialized: Vec<u8>,
     loaded: Option<rt::LoadedExecutable>,
     device: Option<rt::Device>,
-    /// One slot per argument: the resident buffer of a weight once set.
-    resident: Vec<Option<rt::Buffer>>,
+    /// One slot per argument: the resident buffer of a weight once set (shared with the
+    /// other buckets of the same graph by [`Program::adopt_weight`]).
+    resident: Vec<Option<std::sync::Arc<rt::Buffer>>>,
+    /// Per symbol, the argument that takes its real size (bucketed programs).
+    pub size_args: Vec<(String, usize)>,
+    /// Per result, where its valid part is (bucketed programs; empty otherwise).
+    pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
     /// Positions of the user-input arguments.
     user_args: Vec<usize>,
 }
@@ -107,7 +115,13 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         target: options.target,
         ..Default::default()
     };
-    let mut lowered = crate::lower(imported, &lower_options, Emit::StableHlo)?;
+    let (mut lowered, size_args, result_layouts) = match &options.bucket {
+        Some(bucket) => {
+            let b = crate::lower_bucket(&imported.module, &imported.weights, bucket, &lower_options, Emit::StableHlo)?;
+            (b.lowered, b.size_args, b.result_layouts)
+        }
+        None => (crate::lower(imported, &lower_options, Emit::StableHlo)?, Vec::new(), Vec::new()),
+    };
     lowered.timings.import = import_time;
     let module = &lowered.module;
     exec::check_target_support(module, options.target)?;
@@ -179,6 +193,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         loaded: compiled.loaded,
         device,
         user_args,
+        size_args,
+        result_layouts,
     })
 }
 
@@ -239,8 +255,52 @@ impl Program {
             return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
         }
         let buffer = self.upload(arg, bytes)?;
-        self.resident[arg] = Some(buffer);
+        self.resident[arg] = Some(std::sync::Arc::new(buffer));
         Ok(())
+    }
+
+    /// Makes weight `arg` share the resident buffer of `other`'s weight `other_arg` (another
+    /// bucket of the same graph: same client, same type). False when `other` has no such value.
+    pub fn adopt_weight(&mut self, arg: usize, other: &Program, other_arg: usize) -> Result<bool, ExecError> {
+        let (Some(mine), Some(theirs)) = (self.args.get(arg), other.args.get(other_arg)) else {
+            return Err(ExecError::BadInput(format!("{}: no argument {arg}", self.name)));
+        };
+        if !mine.kind.is_weight() || mine.ty != theirs.ty {
+            return Ok(false);
+        }
+        match other.resident.get(other_arg) {
+            Some(Some(b)) => {
+                self.resident[arg] = Some(b.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// For a bucketed program and the real sizes of its symbols: per result, per padded dim,
+    /// its factors as (padded, valid) pairs, outer to inner (one `(n, n)` pair for a dim
+    /// that is not padded). Cutting each factor to its valid length gives the real result.
+    pub fn result_cuts(&self, sizes: &crate::dynamic::Sizes) -> Result<Vec<Vec<(i64, i64)>>, ExecError> {
+        let mut out = Vec::with_capacity(self.results.len());
+        for (k, ty) in self.results.iter().enumerate() {
+            let dims = ty.static_dims().unwrap_or_default();
+            let mut cuts = Vec::new();
+            for (d, &p) in dims.iter().enumerate() {
+                match self.result_layouts.get(k).and_then(|l| l.get(d)) {
+                    None => cuts.push((p, p)),
+                    Some(l) => {
+                        for f in l.factors(p) {
+                            let e = f.extent.eval(&|s| sizes.get(s).copied()).ok_or_else(|| {
+                                ExecError::BadInput(format!("{}: no size for `{}`", self.name, f.extent))
+                            })?;
+                            cuts.push((f.padded, e.clamp(0, f.padded)));
+                        }
+                    }
+                }
+            }
+            out.push(cuts);
+        }
+        Ok(out)
     }
 
     /// True when weight `arg` has a resident value.

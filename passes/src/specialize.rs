@@ -123,7 +123,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Transpose => (Propagates, "permutes the layouts"),
         Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
         Slice => (Conditional, "a padded dim: whole, or a static slice inside the smallest size"),
-        Concatenate => (Conditional, "along a padded dim only when the padded operand is last"),
+        Concatenate => (Rewrites, "along a padded dim: joined, then each element gathered to its real place"),
         Pad => (Masks, "padding replaced by the pad value first; no interior or negative high padding"),
         Reverse => (Rewrites, "gather from n - 1 - i"),
         DotGeneral => (Masks, "contracting dims masked with 0 in both operands"),
@@ -461,19 +461,26 @@ impl<'a> Sp<'a> {
                     }
                 }
                 let last = lays.len() - 1;
-                if lays[..last].iter().any(|x| !x[dim].is_exact()) {
-                    return Err(self.fail(format!(
-                        "joins along a padded dim {dim} where a padded operand is not the last one"
-                    )));
+                if lays[..last].iter().all(|x| x[dim].is_exact()) {
+                    // Only the last operand is padded: the valid part stays a prefix.
+                    l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
+                        (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
+                        (x, Some(e)) => match x.prefix_extent() {
+                            Some(_) => prefix(self.eval(&e).unwrap_or(0), e),
+                            None => return Err(self.fail(format!("the last operand's dim {dim} is a product of padded dims"))),
+                        },
+                    };
+                    (ins, vec![l])
+                } else {
+                    // A padded operand before another: join, then gather every valid element
+                    // to its place (KV caches: `cat([past, new])`).
+                    let x = self.concat_gather(op, &ins, &lays, dim)?;
+                    let e = self.old_dims(d.results[0])[dim].clone().unwrap_or_default();
+                    l[dim] = prefix(self.shape(x)[dim], e);
+                    self.vmap.insert(d.results[0], x);
+                    self.lay.insert(d.results[0], l);
+                    return Ok(());
                 }
-                l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
-                    (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
-                    (x, Some(e)) => match x.prefix_extent() {
-                        Some(_) => prefix(self.eval(&e).unwrap_or(0), e),
-                        None => return Err(self.fail(format!("the last operand's dim {dim} is a product of padded dims"))),
-                    },
-                };
-                (ins, vec![l])
             }
             Pad => {
                 let (lo, hi, int) = (ints("edge_padding_low"), ints("edge_padding_high"), ints("interior_padding"));
@@ -1004,6 +1011,67 @@ impl<'a> Sp<'a> {
         Ok(v)
     }
 
+    /// `concatenate` along a padded dim: the operands joined at their padded sizes, then output
+    /// position `i` gathers from the operand whose real range holds it.
+    fn concat_gather(&mut self, op: OpId, ins: &[ValueId], lays: &[Layout], dim: usize) -> R<ValueId> {
+        let d = &self.old.ops[op];
+        let mut extents = Vec::with_capacity(ins.len());
+        for (k, l) in lays.iter().enumerate() {
+            let p = self.shape(ins[k])[dim];
+            extents.push(match l[dim].prefix_extent() {
+                Some(None) => SymExpr::constant(p),
+                Some(Some(e)) => e.clone(),
+                None => {
+                    return Err(self.fail(format!("joins {}, a product of padded dims", self.padded_dim_note(d.operands[k], dim))))
+                }
+            });
+        }
+        let joined = self.b().concatenate(ins, dim as i64).map_err(|e| self.ir(e))?;
+        let shape = self.shape(joined);
+        let p = shape[dim];
+        let t = TensorType::from_static(DType::I64, &[p]);
+        let iota = self.b().iota(t.clone(), 0).map_err(|e| self.ir(e))?;
+        let mut idx = iota;
+        let (mut real_start, mut padded_start) = (SymExpr::constant(0), 0i64);
+        for (k, e) in extents.iter().enumerate() {
+            if k > 0 {
+                // From the real start of operand k on: padded_start + (i - real_start).
+                let r = self.extent(&real_start)?;
+                let rb = self.b().broadcast_in_dim(r, &[], vec![Dim::Static(p)]).map_err(|e| self.ir(e))?;
+                let off = self.b().splat(Scalar::Int(padded_start), t.clone()).map_err(|e| self.ir(e))?;
+                let rel = self.b().binary(Opcode::Sub, iota, rb).map_err(|e| self.ir(e))?;
+                let src = self.b().binary(Opcode::Add, rel, off).map_err(|e| self.ir(e))?;
+                let here = self.b().compare(Direction::Ge, iota, rb).map_err(|e| self.ir(e))?;
+                idx = self.b().select(here, src, idx).map_err(|e| self.ir(e))?;
+            }
+            real_start = real_start.add(e);
+            padded_start += self.shape(ins[k])[dim];
+        }
+        self.gather_along(joined, idx, dim)
+    }
+
+    /// `x` with position `i` of `dim` taken from `x[idx[i]]` (gather clamps indices into range).
+    fn gather_along(&mut self, x: ValueId, idx: ValueId, dim: usize) -> R<ValueId> {
+        let shape = self.shape(x);
+        let p = self.shape(idx)[0];
+        let idx = self.b().reshape(idx, vec![Dim::Static(p), Dim::Static(1)]).map_err(|e| self.ir(e))?;
+        let r = shape.len() as i64;
+        let mut sizes = shape.clone();
+        sizes[dim] = 1;
+        let attrs = Attrs::new()
+            .with("offset_dims", Attr::Ints((0..r).filter(|&i| i != dim as i64).collect()))
+            .with("collapsed_slice_dims", Attr::Ints(vec![dim as i64]))
+            .with("operand_batching_dims", Attr::Ints(vec![]))
+            .with("start_indices_batching_dims", Attr::Ints(vec![]))
+            .with("start_index_map", Attr::Ints(vec![dim as i64]))
+            .with("index_vector_dim", Attr::Int(1))
+            .with("slice_sizes", Attr::Ints(sizes));
+        let mut out = shape;
+        out[dim] = p;
+        let ty = TensorType::from_static(self.new.values[x].ty.dtype, &out);
+        self.b().build1(Opcode::Gather, &[x, idx], attrs, Some(ty)).map_err(|e| self.ir(e))
+    }
+
     /// `reverse` of a padded prefix along `dim`: position `i` takes `x[n - 1 - i]`.
     fn reverse_prefix(&mut self, x: ValueId, dim: usize, e: &SymExpr) -> R<ValueId> {
         let shape = self.shape(x);
@@ -1017,20 +1085,7 @@ impl<'a> Sp<'a> {
         let idx = self.b().binary(Opcode::Sub, lastb, iota).map_err(|e| self.ir(e))?;
         let zero = self.b().splat(Scalar::Int(0), t).map_err(|e| self.ir(e))?;
         let idx = self.b().binary(Opcode::Max, idx, zero).map_err(|e| self.ir(e))?;
-        let idx = self.b().reshape(idx, vec![Dim::Static(p), Dim::Static(1)]).map_err(|e| self.ir(e))?;
-        let r = shape.len() as i64;
-        let mut sizes = shape.clone();
-        sizes[dim] = 1;
-        let attrs = Attrs::new()
-            .with("offset_dims", Attr::Ints((0..r).filter(|&i| i != dim as i64).collect()))
-            .with("collapsed_slice_dims", Attr::Ints(vec![dim as i64]))
-            .with("operand_batching_dims", Attr::Ints(vec![]))
-            .with("start_indices_batching_dims", Attr::Ints(vec![]))
-            .with("start_index_map", Attr::Ints(vec![dim as i64]))
-            .with("index_vector_dim", Attr::Int(1))
-            .with("slice_sizes", Attr::Ints(sizes));
-        let ty = self.new.values[x].ty.clone();
-        self.b().build1(Opcode::Gather, &[x, idx], attrs, Some(ty)).map_err(|e| self.ir(e))
+        self.gather_along(x, idx, dim)
     }
 }
 

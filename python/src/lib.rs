@@ -184,7 +184,7 @@ fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAn
 impl Program {
     /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
     #[staticmethod]
-    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false))]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         py: Python<'_>,
@@ -195,10 +195,11 @@ impl Program {
         plugin: Option<PathBuf>,
         dump_dir: Option<PathBuf>,
         verify_each: bool,
+        bucket: Option<std::collections::BTreeMap<String, i64>>,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
             let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
-            let options = SessionOptions { target, topology, plugin, dump_dir, verify_each, name: name.to_string() };
+            let options = SessionOptions { target, topology, plugin, dump_dir, verify_each, name: name.to_string(), bucket };
             let bytes = program.as_bytes().to_vec();
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| session::compile(bytes, &options))));
             let compiled = match result {
@@ -333,6 +334,26 @@ impl Program {
         self.inner.has_weight(arg)
     }
 
+    /// Shares `other`'s resident value of weight `other_arg` as weight `arg` (another bucket of
+    /// the same graph); False when `other` has none or the types differ.
+    fn adopt_weight(&mut self, py: Python<'_>, arg: usize, other: &Program, other_arg: usize) -> PyResult<bool> {
+        let name = self.inner.name.clone();
+        self.inner.adopt_weight(arg, &other.inner, other_arg).map_err(|e| exec_error(py, e, &name))
+    }
+
+    /// Bucketed programs: per symbol, the argument taking its real size.
+    #[getter]
+    fn size_args(&self) -> Vec<(String, usize)> {
+        self.inner.size_args.clone()
+    }
+
+    /// Bucketed programs: per result, per padded dim, its (padded, valid) factors for the real
+    /// sizes `sizes` (symbol -> size), outer to inner.
+    fn result_cuts(&self, py: Python<'_>, sizes: std::collections::BTreeMap<String, i64>) -> PyResult<Vec<Vec<(i64, i64)>>> {
+        let name = self.inner.name.clone();
+        self.inner.result_cuts(&sizes).map_err(|e| exec_error(py, e, &name))
+    }
+
     /// Runs with the user inputs given as DLPack capsules of contiguous host tensors, one per
     /// user argument in order (consumed: each holds its tensor's memory until the call
     /// returns). Returns one HostBuffer per result.
@@ -442,6 +463,23 @@ fn cache_stats(py: Python<'_>) -> PyResult<String> {
     })
 }
 
+/// The bucket for size `n` of a symbol with range `[lo, hi]` (`hi` None: unbounded, buckets of
+/// the policy's grid on demand) under `policy` (auto, linear:K, a list 128,256,...).
+#[pyfunction]
+#[pyo3(signature = (policy, n, lo, hi=None))]
+fn select_bucket(py: Python<'_>, policy: &str, n: i64, lo: i64, hi: Option<i64>) -> PyResult<i64> {
+    use tpuc_driver::buckets::{plan_symbol, BucketPolicy, SymbolRange};
+    guard(py, "select_bucket", || {
+        let err = |m: String| tpuc_error(py, format!("tpuc: {m}"), "options", None, None);
+        let p: BucketPolicy = policy.parse().map_err(|e: tpuc_driver::buckets::BucketError| err(e.to_string()))?;
+        let lo = lo.max(1);
+        // Unbounded: the grid up to the first point at or above n (compiled as sizes arrive).
+        let hi = hi.unwrap_or_else(|| n.max(lo).saturating_mul(2).max(256));
+        let plan = plan_symbol(&SymbolRange::new("s", lo, Some(hi)), &p, usize::MAX).map_err(|e| err(e.to_string()))?;
+        plan.select(n).map_err(|e| err(e.to_string()))
+    })
+}
+
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
@@ -455,6 +493,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
     m.add_function(wrap_pyfunction!(plugins, m)?)?;
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(select_bucket, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

@@ -127,6 +127,37 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def _size_plan(gm: torch.fx.GraphModule):
+    """Where each symbol's size is read at a call: (placeholder, dim or None for a SymInt input,
+    symbol, lo, hi) for every placeholder dim (or SymInt input) that is exactly one symbol, with
+    the symbol's range from the shape environment (hi None when unbounded). None when some
+    symbol of an input shape is not read anywhere (it cannot be bucketed then)."""
+    plan, seen, needed = [], set(), set()
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        v = n.meta.get("val")
+        dims = [(None, v)] if isinstance(v, torch.SymInt) else list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else []
+        for d, s in dims:
+            if not isinstance(s, torch.SymInt):
+                continue
+            expr = s.node.expr
+            needed |= {str(x) for x in expr.free_symbols}
+            if not expr.is_Symbol:
+                continue
+            name = str(expr)
+            lo, hi = 1, None
+            try:
+                r = s.node.shape_env.var_to_range[expr]
+                lo = max(1, int(r.lower))
+                hi = int(r.upper) if r.upper.is_finite else None
+            except Exception:
+                pass
+            plan.append((i, d, name, lo, hi))
+            seen.add(name)
+    if not plan or needed - seen:
+        return None
+    return plan
+
+
 class _Backend:
     """Compiles the aot graphs of one Dynamo graph."""
 
@@ -289,9 +320,12 @@ def _unsupported_message(gm, names: set[str], graph: str, strict: bool, parts: i
 
 
 class ShapeSpecialized:
-    """A graph with symbolic shapes, compiled once per concrete input shape: on a new shape the
-    graph is retraced with make_fx on the real inputs (static shapes; node stack traces kept)
-    and built like any static graph."""
+    """A graph with symbolic shapes. With the `buckets` option (default `auto`) each symbol's
+    size is rounded up to a bucket of the policy's grid and the symbolic graph is compiled once
+    per bucket (padded, masked, exact: see tpuc's `specialize` pass); the buckets of one graph
+    share their resident weights. Where that is off or impossible (a symbol no input dim names,
+    an op that cannot be bucketed), the graph is retraced with make_fx on the real inputs
+    (static shapes) and compiled once per concrete shape."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
@@ -301,8 +335,17 @@ class ShapeSpecialized:
         self.static = static
         self.buffers = buffers
         self.cache: dict[tuple, Any] = {}
+        self.buckets: dict[tuple, Any] = {}
+        self.size_plan = _size_plan(gm) if backend.opts.buckets != "off" else None
 
     def __call__(self, args):
+        if self.size_plan is not None:
+            sizes = {}
+            for ph, dim, sym, _, _ in self.size_plan:
+                v = args[ph]
+                sizes[sym] = int(v.shape[dim]) if dim is not None else int(v)
+            if all(n >= 1 for n in sizes.values()):
+                return self._bucketed(args, sizes)
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
         fn = self.cache.get(key)
         if fn is None:
@@ -310,6 +353,36 @@ class ShapeSpecialized:
             self.cache[key] = fn
             STATS["specializations"] += 1
         return fn(args)
+
+    def _bucketed(self, args, sizes: dict[str, int]):
+        from . import _C
+        from .graph import CompiledGraph
+
+        policy = self.backend.opts.buckets
+        bucket = {}
+        for _, _, sym, lo, hi in self.size_plan:
+            if sym not in bucket:
+                bucket[sym] = _C.select_bucket(policy, sizes[sym], lo, hi)
+        key = tuple(sorted(bucket.items()))
+        fn = self.buckets.get(key)
+        if fn is None:
+            label = ",".join(f"{k}={v}" for k, v in key)
+            try:
+                fn = CompiledGraph(self.gm, f"{self.name}_b{len(self.buckets)}", self.static, self.buffers,
+                                   self.backend.opts, bucket=bucket)
+            except TpucError as e:
+                if self.backend.opts.strict:
+                    raise
+                log.debug("%s: cannot bucket (%s); compiling per shape instead", self.name, e)
+                self.size_plan = None
+                return self(args)
+            if not fn.can_run:
+                self.size_plan = None
+                return self(args)
+            log.debug("%s: bucket %s compiled for sizes %s", self.name, label, sizes)
+            self.buckets[key] = fn
+            STATS["buckets"] += 1
+        return fn(args, sizes)
 
     def _retrace(self, args) -> torch.fx.GraphModule:
         import torch.fx.traceback as fx_traceback

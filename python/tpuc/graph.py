@@ -42,6 +42,9 @@ _DTYPES = {
 
 
 _LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
+# id(tensor) -> (tensor ref, version, data_ptr, graph ref, argument): the last upload of each
+# weight tensor, which later programs share while the tensor is unchanged.
+_RESIDENT: dict[int, tuple] = {}
 
 
 def compiled_graphs() -> list["CompiledGraph"]:
@@ -63,7 +66,7 @@ class CompiledGraph:
     buffers (kept resident on the device), `buffers` those of them the graph mutates."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 opts: Options):
+                 opts: Options, bucket: dict[str, int] | None = None):
         # aot_autograd calls `f(args)` when f has `_boxed_call`; an instance attribute, because
         # the backward's `disable()` wrapper copies the instance's __dict__, not class attributes.
         self._boxed_call = True
@@ -95,8 +98,11 @@ class CompiledGraph:
                 f.write(gm.print_readable(print_output=False))
         self.program = _C.Program.compile(
             program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
-            dump_dir=opts.dump_dir, verify_each=opts.verify_each,
+            dump_dir=opts.dump_dir, verify_each=opts.verify_each, bucket=bucket,
         )
+        # Bucketed: the padded size of every symbol.
+        self.bucket = bucket
+        self._cuts: dict[tuple, list] = {}
         STATS["compiles"] += 1
         STATS[f"cache_{self.program.cache}"] += 1
         imp, passes, emit = self.program.lower_seconds
@@ -119,13 +125,16 @@ class CompiledGraph:
             if isinstance(slot, int):
                 arg_to_ph[slot] = ph
         args = self.program.args
+        size_args = dict((ai, sym) for sym, ai in self.program.size_args)
         for ai, (aname, akind, *_rest) in enumerate(args):
-            if akind == "symint":
+            if akind == "symint" and bucket is None:
                 raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
         self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
-        self.user_plan = [arg_to_ph[ai] for ai in self.program.user_args]
+        # User arguments: a placeholder, or (bucketed) the real size of a symbol.
+        self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
+        self.user_dims = [tuple(args[ai][3]) for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
         self.returns_sequence = isinstance(out, (list, tuple))
         out_nodes = list(out) if self.returns_sequence else [out]
@@ -136,7 +145,9 @@ class CompiledGraph:
                 dt, dims, nbytes = results[slot[1]]
                 stride = None
                 v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
-                if isinstance(v, torch.Tensor) and v.dim() > 1 and not v.is_contiguous():
+                # (Not for a bucketed graph: int() of a symbolic stride would specialize its
+                # symbols in the shape environment; bucketed results come back contiguous.)
+                if bucket is None and isinstance(v, torch.Tensor) and v.dim() > 1 and not v.is_contiguous():
                     try:
                         stride = tuple(int(s) for s in v.stride())
                     except Exception:  # symbolic strides: keep contiguous
@@ -144,22 +155,37 @@ class CompiledGraph:
                 plan.append((slot[1], _DTYPES[dt], tuple(dims), nbytes, stride))
             elif slot[0] == "const":
                 plan.append((None, slot[1]))
+            elif bucket is not None and slot[1] in bucket:
+                plan.append(("size", slot[1]))
             else:
                 raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot[1]}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
 
     def _upload(self, j: int, ai: int, t: torch.Tensor) -> None:
+        # A tensor already resident for another program (another bucket, another graph of the
+        # same model) is shared, not uploaded again: all programs run on one client.
+        owner = _RESIDENT.get(id(t))
+        if owner is not None:
+            ref, version, ptr, graph_ref, other_ai = owner
+            g = graph_ref()
+            if ref() is t and version == t._version and ptr == t.data_ptr() and g is not None \
+                    and self.program.adopt_weight(ai, g.program, other_ai):
+                self.weight_state[j] = (ref, version, ptr)
+                STATS["weight_shares"] += 1
+                return
         src = t.detach()
         if src.device.type != "cpu":
             src = src.cpu()
         if not src.is_contiguous():
             src = src.contiguous()
         self.program.set_weight(ai, to_dlpack(_resolved(src)))
-        self.weight_state[j] = (weakref.ref(t), t._version, t.data_ptr())
+        ref = weakref.ref(t)
+        self.weight_state[j] = (ref, t._version, t.data_ptr())
+        _RESIDENT[id(t)] = (ref, t._version, t.data_ptr(), weakref.ref(self), ai)
         STATS["weight_uploads"] += 1
 
-    def __call__(self, args):
+    def __call__(self, args, sizes: dict[str, int] | None = None):
         t0 = time.perf_counter_ns()
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
@@ -168,29 +194,77 @@ class CompiledGraph:
             if st is None or st[0]() is not t or st[1] != t._version or st[2] != t.data_ptr():
                 self._upload(j, ai, t)
         inputs = []
-        for ph in self.user_plan:
+        for k, ph in enumerate(self.user_plan):
+            if isinstance(ph, str):  # the real size of a symbol (bucketed)
+                inputs.append(to_dlpack(torch.tensor(sizes[ph], dtype=torch.int64)))
+                continue
             t = args[ph]
+            if not isinstance(t, torch.Tensor):  # a SymInt input: its value
+                inputs.append(to_dlpack(torch.tensor(int(t), dtype=torch.int64)))
+                continue
             if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
                 t = _resolved(t.detach().cpu().contiguous())
+            if self.bucket is not None and tuple(t.shape) != self.user_dims[k]:
+                t = _pad(t, self.user_dims[k])
             inputs.append(to_dlpack(t))
         bufs = self.program.run(inputs)
+        cuts = None
+        if self.bucket is not None:
+            key = tuple(sorted(sizes.items()))
+            cuts = self._cuts.get(key)
+            if cuts is None:
+                cuts = self._cuts[key] = self.program.result_cuts(sizes)
         outs = []
         for p in self.out_plan:
             ri = p[0]
             if ri is None:
                 outs.append(p[1])
                 continue
+            if ri == "size":
+                outs.append(sizes[p[1]])
+                continue
             _, dtype, shape, nbytes, stride = p
             if nbytes == 0:
                 t = torch.empty(shape, dtype=dtype)
             else:
                 t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
-            if stride is not None:
+            if cuts is not None:
+                t = _unpad(t, cuts[ri], shape)
+            elif stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
+
+
+def _pad(t: torch.Tensor, dims: tuple) -> torch.Tensor:
+    """`t` zero-padded at the end of each dim to `dims` (the bucket's shape)."""
+    out = t.new_zeros(dims)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
+def _unpad(t: torch.Tensor, cuts: list, shape: tuple) -> torch.Tensor:
+    """The valid part of a padded result: viewed as its factors, each cut to its valid length
+    (`cuts`: (padded, valid) per factor, outer to inner), then merged back per dim."""
+    if all(p == v for p, v in cuts):
+        return t
+    factors = t.reshape([p for p, _ in cuts])
+    for d, (p, v) in enumerate(cuts):
+        if v != p:
+            factors = factors.narrow(d, 0, v)
+    # Merge the factors of each original dim (dims with one factor keep their length).
+    real, k = [], 0
+    for n in shape:  # every dim has one factor at least
+        size, prod = cuts[k][1], cuts[k][0]
+        k += 1
+        while prod < n:
+            prod *= cuts[k][0]
+            size *= cuts[k][1]
+            k += 1
+        real.append(size)
+    return factors.contiguous().view(real)
 
 
 def _resolved(t: torch.Tensor) -> torch.Tensor:

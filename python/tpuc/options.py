@@ -10,6 +10,7 @@ else defaults.
 | dump_dir | TPUC_DUMP_DIR | - | write every graph (FX, JSON, IR per pass, StableHLO, summary) here |
 | debug | TPUC_DEBUG | 0 | log every compile (with its cache source) to stderr |
 | verify_each | TPUC_VERIFY_EACH | 0 | verify the IR after every pass |
+| buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
 | cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
 
 Cache options (`cache_tier2="job"`, `cache_tier2_root="/dev/shm/tpuc"`, `cache_tier3_root=...`,
@@ -36,6 +37,7 @@ class Options:
     dump_dir: str | None = None
     debug: bool = False
     verify_each: bool = False
+    buckets: str = "auto"
     # TPUC_CACHE_* settings given as options (name without the TPUC_ prefix, lower case).
     cache: tuple[tuple[str, str], ...] = ()
 
@@ -66,6 +68,16 @@ class Options:
             if t not in ("cpu", "tpu"):
                 raise ValueError(f"tpuc: option target={values['target']!r}: expected 'cpu' or 'tpu'")
             values["target"] = t
+        if "buckets" in values:
+            b = values["buckets"]
+            values["buckets"] = ",".join(str(x) for x in b) if isinstance(b, (list, tuple)) else str(b).strip().lower()
+            if values["buckets"] != "off":
+                from . import _C
+
+                try:
+                    _C.select_bucket(values["buckets"], 1, 1)
+                except Exception as e:
+                    raise ValueError(f"tpuc: option buckets={b!r}: {e}") from None
         for name in ("topology", "plugin", "dump_dir"):
             if name in values and values[name] in ("", None):
                 values[name] = None
