@@ -136,7 +136,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         LayerNorm => (Conditional, "normalized dims not padded"),
         Attention => (Conditional, "padded keys only with is_causal and queries padded alike"),
         Gather => (Conditional, "padded dims indexed, taken whole, or batch dims of the indices"),
-        Scatter => (Conditional, "operand may be padded; indices and updates not"),
+        Scatter => (Masks, "padded index positions point out of bounds (skipped); update windows whole"),
         SelectAndScatterAdd => (Conditional, "no padded dims"),
         Sort => (Conditional, "not along a padded dim"),
         Composite => (Inlines, "inlined when an operand is padded"),
@@ -718,10 +718,8 @@ impl<'a> Sp<'a> {
                 (ins, vec![l])
             }
             Scatter => {
-                if lays[1..].iter().any(|l| l.iter().any(|x| !x.is_exact())) {
-                    return Err(self.fail("scatter indices or updates have a padded dim"));
-                }
-                (ins, vec![lays[0].clone()])
+                let idx = self.scatter_indices(op, &ins, &lays)?;
+                (vec![ins[0], idx, ins[2]], vec![lays[0].clone()])
             }
             SelectAndScatterAdd => return Err(self.fail("max-pool gradient over a padded dim")),
             Composite => return self.composite(op, &ins),
@@ -901,6 +899,49 @@ impl<'a> Sp<'a> {
         Ok((0..out_rank)
             .map(|i| if offset.contains(&(i as i64)) { oi.next() } else { bi.next() }.unwrap_or(DimLayout::Exact))
             .collect())
+    }
+
+    /// A scatter's indices with every padded position pointing out of bounds (scatter skips
+    /// such updates), after checking that the updates' padding is all in those positions or
+    /// lands in the operand's padding.
+    fn scatter_indices(&mut self, op: OpId, ins: &[ValueId], lays: &[Layout]) -> R<ValueId> {
+        let d = &self.old.ops[op];
+        let a = &d.attrs;
+        let ints = |n: &str| a.ints(n).unwrap_or(&[]).to_vec();
+        let (window, inserted, obatch) = (ints("update_window_dims"), ints("inserted_window_dims"), ints("input_batching_dims"));
+        let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
+        if !obatch.is_empty() && lays.iter().any(|l| l.iter().any(|x| !x.is_exact())) {
+            return Err(self.fail("batched scatter with padded dims"));
+        }
+        if lays[1].get(ivd).is_some_and(|x| !x.is_exact()) {
+            return Err(self.fail("the index vector dim of a scatter is padded"));
+        }
+        // Updates: scatter dims follow the indices' dims; window dims follow the operand's
+        // dims that are not inserted.
+        let batch: Vec<&DimLayout> = lays[1].iter().enumerate().filter(|(i, _)| *i != ivd).map(|(_, x)| x).collect();
+        let op_dims: Vec<usize> = (0..lays[0].len()).filter(|i| !inserted.contains(&(*i as i64))).collect();
+        let upd_shape = self.shape(ins[2]);
+        let op_shape = self.shape(ins[0]);
+        let (mut bi, mut wi) = (0, 0);
+        for (k, x) in lays[2].iter().enumerate() {
+            if window.contains(&(k as i64)) {
+                let od = op_dims.get(wi).copied().unwrap_or(0);
+                wi += 1;
+                let full = upd_shape[k] == op_shape[od] && *x == lays[0][od];
+                if !x.is_exact() && !full {
+                    return Err(self.fail(format!("the scatter's update window {}", self.padded_dim_note(d.operands[2], k))));
+                }
+            } else {
+                let want = batch.get(bi).copied().cloned().unwrap_or(DimLayout::Exact);
+                bi += 1;
+                if !x.is_exact() && self.unify(x, &want, d.operands[2], k).is_err() {
+                    return Err(self.fail(format!("the scatter's updates are padded unlike its indices ({})", self.padded_dim_note(d.operands[2], k))));
+                }
+            }
+        }
+        let dims: Vec<usize> = (0..lays[1].len()).filter(|&i| i != ivd && !lays[1][i].is_exact()).collect();
+        let dt = self.new.values[ins[1]].ty.dtype;
+        self.mask(ins[1], &lays[1], &dims, Fill::Scalar(highest(dt)))
     }
 
     // ------------------------------------------------------------------ masks

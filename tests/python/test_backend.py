@@ -410,7 +410,7 @@ def test_concurrent_runs_with_inputs_dropped_meanwhile():
     assert not errors, errors[:5]
 
 
-def test_new_shapes_compile_once_per_shape():
+def test_new_shapes_compile_once_per_bucket():
     import make_fixtures as mf
 
     model, _, _, _ = mf.build_mlp()
@@ -426,10 +426,24 @@ def test_new_shapes_compile_once_per_shape():
             compiled(torch.randn(batch, 16))
     s = tpuc.stats()
     # batch 4 first gets a static graph; batch 8 makes Dynamo trace a dynamic graph, which
-    # tpuc compiles once per concrete shape it meets (8, 3, then 4 again: Dynamo tries the
-    # newest graph first). Seen shapes never compile again.
-    assert s["dynamo_graphs"] == 2 and s["specializations"] == 3, s
-    assert first["compiles"] == s["compiles"] == 4, s
+    # tpuc compiles once per bucket of the sizes it meets (8, then 3 and 4 in bucket 4:
+    # Dynamo tries the newest graph first). Seen buckets never compile again.
+    assert s["dynamo_graphs"] == 2 and s["buckets"] == 2, s
+    assert first["compiles"] == s["compiles"] == 3, s
+
+
+def test_new_shapes_compile_once_per_shape_without_buckets():
+    import make_fixtures as mf
+
+    model, _, _, _ = mf.build_mlp()
+    model.eval()
+    compiled = torch.compile(model, backend="tpuc", options={"buckets": "off"})
+    with torch.no_grad():
+        for batch in (4, 8, 3, 8, 4, 3):
+            x = torch.randn(batch, 16)
+            assert torch.allclose(compiled(x), model(x), rtol=1e-5, atol=1e-6), batch
+    s = tpuc.stats()
+    assert s["dynamo_graphs"] == 2 and s["specializations"] == 3 and s["compiles"] == 4, s
 
 
 def test_dump_dir_has_every_stage(tmp_path):

@@ -1,0 +1,113 @@
+"""Dynamic shapes through torch.compile(backend="tpuc"): a graph with SymInt sizes is compiled
+once per bucket (padded, masked, exact), a decode-style loop over lengths compiles no more than
+its buckets, weights are uploaded once for all buckets and graphs, and Hugging Face generate()
+gives eager's tokens."""
+
+import pytest
+import torch
+
+import tpuc
+
+
+class Pool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        return h.mean(1), torch.softmax(h, 1), h[:, -1], h.argmax(1)
+
+
+def _check(got, want, what):
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what} output {k}: {g.shape} {g.dtype} vs {w.shape} {w.dtype}"
+        if w.dtype.is_floating_point:
+            assert torch.allclose(g, w, rtol=1e-4, atol=1e-5), f"{what} output {k}: max diff {(g - w).abs().max():.3g}"
+        else:
+            assert torch.equal(g, w), f"{what} output {k}"
+
+
+def test_lengths_compile_once_per_bucket_and_match_eager():
+    torch.manual_seed(0)
+    model = Pool().eval()
+    compiled = torch.compile(model, backend="tpuc")
+    with torch.no_grad():
+        for n in range(2, 70):
+            x = torch.randn(2, n, 16)
+            _check(compiled(x), model(x), f"n={n}")
+    s = tpuc.stats()
+    # The first length is a static graph; lengths 3..69 fall into the buckets 4, 8, 16, 32,
+    # 64 and 128 of the auto grid.
+    assert s["buckets"] == 6, s
+    assert s["compiles"] == 7, s
+    assert s["weight_uploads"] == 2, s
+    # A second pass over the lengths compiles nothing.
+    with torch.no_grad():
+        for n in range(3, 70):
+            compiled(torch.randn(2, n, 16))
+    assert tpuc.stats()["compiles"] == 7
+
+
+def test_mark_dynamic_range_bounds_the_last_bucket():
+    torch.manual_seed(0)
+    model = Pool().eval()
+    compiled = torch.compile(model, backend="tpuc")
+    with torch.no_grad():
+        for n in (5, 40, 100):
+            x = torch.randn(2, n, 16)
+            torch._dynamo.mark_dynamic(x, 1, min=2, max=100)
+            _check(compiled(x), model(x), f"n={n}")
+    s = tpuc.stats()
+    # 5 -> 8, 40 -> 64, 100 -> 100 (the range's end), one symbolic graph.
+    assert s["buckets"] == 3 and s["dynamo_graphs"] == 1, s
+
+
+def test_linear_policy_and_off():
+    torch.manual_seed(0)
+    model = Pool().eval()
+    compiled = torch.compile(model, backend="tpuc", options={"buckets": "linear:32"})
+    with torch.no_grad():
+        for n in (2, 3, 30, 33, 64):
+            x = torch.randn(2, n, 16)
+            _check(compiled(x), model(x), f"n={n}")
+    assert tpuc.stats()["buckets"] == 2  # 32 and 64 (2 is the first, static graph)
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    compiled = torch.compile(model, backend="tpuc", options={"buckets": "off"})
+    with torch.no_grad():
+        for n in (2, 3, 30):
+            x = torch.randn(2, n, 16)
+            _check(compiled(x), model(x), f"off n={n}")
+    s = tpuc.stats()
+    assert s.get("buckets", 0) == 0 and s["specializations"] >= 2, s
+
+
+def test_bad_bucket_option_is_a_clear_error():
+    with pytest.raises(ValueError, match="buckets"):
+        tpuc.options.Options.resolve({"buckets": "linear:0"})
+
+
+def test_hf_generate_same_tokens_few_compiles_weights_once():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=512)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 128, (1, 5))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0)
+        model.forward = torch.compile(model.forward, backend="tpuc")
+        got = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0)
+        assert torch.equal(got, want)
+        first = dict(tpuc.stats())
+        again = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0)
+    assert torch.equal(again, want)
+    s = tpuc.stats()
+    # Prompt and first decode step are static graphs; the decode steps after them run in
+    # buckets 8, 16, 32 and 64 (two symbolic graphs that Dynamo traces share the programs
+    # through the executable cache).
+    assert s["buckets"] <= 8, s
+    assert first["compiles"] <= 10, first
+    assert s["compiles"] == first["compiles"], (first, s)
+    n_weights = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
+    assert s["weight_uploads"] <= n_weights + 8, s
