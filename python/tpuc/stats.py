@@ -10,7 +10,9 @@ STATS: collections.Counter = collections.Counter()
 
 def stats() -> dict[str, int]:
     """A copy of the counters: `dynamo_graphs`, `aot_graphs`, `compiles`, `cache_<source>`,
-    `weight_uploads`, `fallback_graphs`, `eager_ops`, `specializations`."""
+    `buckets` (bucketed programs compiled for graphs with symbolic sizes), `specializations`
+    (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads`,
+    `weight_shares` (weights another program had resident), `fallback_graphs`, `eager_ops`."""
     return dict(STATS)
 
 
