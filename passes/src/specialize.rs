@@ -134,7 +134,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Scan => (Conditional, "prefix scans never read padding; a multi-factor dim is rejected"),
         Softmax | LogSoftmax => (Masks, "masked with -inf along the dimension"),
         LayerNorm => (Conditional, "normalized dims not padded"),
-        Attention => (Conditional, "padded keys only with is_causal and queries padded alike"),
+        Attention => (Conditional, "padded keys (set to 0, values too) only with is_causal and queries padded alike"),
         Gather => (Conditional, "padded dims indexed, taken whole, or batch dims of the indices"),
         Scatter => (Masks, "padded index positions point out of bounds (skipped); update windows whole"),
         SelectAndScatterAdd => (Conditional, "no padded dims"),
@@ -711,7 +711,15 @@ impl<'a> Sp<'a> {
                 }
                 l.push(q[r - 2].clone());
                 l.push(DimLayout::Exact);
-                (ins, vec![l])
+                // Causal attention never weighs a padded key for a valid query, but a weight of
+                // 0 times a NaN in a padded key or value is NaN: padded keys and values are 0.
+                let (k, v) = (lays[1].clone(), lays[2].clone());
+                let km = self.mask(ins[1], &k, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
+                let vm = self.mask(ins[2], &v, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
+                let mut new_ins = ins.clone();
+                new_ins[1] = km;
+                new_ins[2] = vm;
+                (new_ins, vec![l])
             }
             Gather => {
                 let l = self.gather_layout(op, &lays)?;

@@ -9,7 +9,7 @@ See `tpuc.options` for the options and their `TPUC_*` environment variables.
 from ._torch_version import SUPPORTED_TORCH, check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
 from .options import Options
-from .stats import cache_stats, reset_stats, stats
+from .stats import cache_stats, reset_stats, stats, warmup
 
 __version__ = "0.1.0"
 
@@ -37,6 +37,7 @@ __all__ = [
     "cache_stats",
     "reset_stats",
     "stats",
+    "warmup",
     "tpuc_backend",
     "supported_targets",
 ]

@@ -336,6 +336,8 @@ class ShapeSpecialized:
         self.buffers = buffers
         self.cache: dict[tuple, Any] = {}
         self.buckets: dict[tuple, Any] = {}
+        self.picked: dict[tuple[str, int], int] = {}  # (symbol, size) -> bucket
+        self.dispatch: dict[tuple, Any] = {}  # sizes seen -> their bucket's program
         self.size_plan = _size_plan(gm) if backend.opts.buckets != "off" else None
 
     def __call__(self, args):
@@ -344,6 +346,9 @@ class ShapeSpecialized:
             for ph, dim, sym, _, _ in self.size_plan:
                 v = args[ph]
                 sizes[sym] = int(v.shape[dim]) if dim is not None else int(v)
+            fn = self.dispatch.get(tuple(sizes.values()))
+            if fn is not None:
+                return fn(args, sizes)
             if all(n >= 1 for n in sizes.values()):
                 return self._bucketed(args, sizes)
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
@@ -362,7 +367,11 @@ class ShapeSpecialized:
         bucket = {}
         for _, _, sym, lo, hi in self.size_plan:
             if sym not in bucket:
-                bucket[sym] = _C.select_bucket(policy, sizes[sym], lo, hi)
+                n = sizes[sym]
+                b = self.picked.get((sym, n))
+                if b is None:
+                    b = self.picked[(sym, n)] = _C.select_bucket(policy, n, lo, hi)
+                bucket[sym] = b
         key = tuple(sorted(bucket.items()))
         fn = self.buckets.get(key)
         if fn is None:
@@ -371,7 +380,7 @@ class ShapeSpecialized:
                 fn = CompiledGraph(self.gm, f"{self.name}_b{len(self.buckets)}", self.static, self.buffers,
                                    self.backend.opts, bucket=bucket)
             except TpucError as e:
-                if self.backend.opts.strict:
+                if self.backend.opts.strict or e.kind == "recompile":
                     raise
                 log.debug("%s: cannot bucket (%s); compiling per shape instead", self.name, e)
                 self.size_plan = None
@@ -382,6 +391,7 @@ class ShapeSpecialized:
             log.debug("%s: bucket %s compiled for sizes %s", self.name, label, sizes)
             self.buckets[key] = fn
             STATS["buckets"] += 1
+        self.dispatch[tuple(sizes.values())] = fn
         return fn(args, sizes)
 
     def _retrace(self, args) -> torch.fx.GraphModule:

@@ -71,6 +71,10 @@ class CompiledGraph:
         # the backward's `disable()` wrapper copies the instance's __dict__, not class attributes.
         self._boxed_call = True
         self.name = name
+        from .stats import check_no_recompile
+
+        what = "bucket " + ",".join(f"{k}={v}" for k, v in sorted(bucket.items())) if bucket else "a new shape"
+        check_no_recompile(opts, name, what)
         gm = copy_graph_module(gm)
         constants = lift_tensor_constants(gm)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -196,11 +200,11 @@ class CompiledGraph:
         inputs = []
         for k, ph in enumerate(self.user_plan):
             if isinstance(ph, str):  # the real size of a symbol (bucketed)
-                inputs.append(to_dlpack(torch.tensor(sizes[ph], dtype=torch.int64)))
+                inputs.append(to_dlpack(_size_tensor(sizes[ph])))
                 continue
             t = args[ph]
             if not isinstance(t, torch.Tensor):  # a SymInt input: its value
-                inputs.append(to_dlpack(torch.tensor(int(t), dtype=torch.int64)))
+                inputs.append(to_dlpack(_size_tensor(int(t))))
                 continue
             if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
                 t = _resolved(t.detach().cpu().contiguous())
@@ -210,10 +214,10 @@ class CompiledGraph:
         bufs = self.program.run(inputs)
         cuts = None
         if self.bucket is not None:
-            key = tuple(sorted(sizes.items()))
+            key = tuple(sizes.values())
             cuts = self._cuts.get(key)
             if cuts is None:
-                cuts = self._cuts[key] = self.program.result_cuts(sizes)
+                cuts = self._cuts[key] = [_cut_plan(c, r[1]) for c, r in zip(self.program.result_cuts(sizes), self.program.results)]
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -229,7 +233,7 @@ class CompiledGraph:
             else:
                 t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
             if cuts is not None:
-                t = _unpad(t, cuts[ri], shape)
+                t = _unpad(t, cuts[ri])
             elif stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
@@ -238,33 +242,65 @@ class CompiledGraph:
         return outs
 
 
+_SIZES: dict[int, torch.Tensor] = {}
+
+
+def _size_tensor(n: int) -> torch.Tensor:
+    """A 0-d int64 tensor holding `n` (kept: the same sizes recur every call)."""
+    t = _SIZES.get(n)
+    if t is None:
+        t = _SIZES[n] = torch.tensor(n, dtype=torch.int64)
+    return t
+
+
 def _pad(t: torch.Tensor, dims: tuple) -> torch.Tensor:
-    """`t` zero-padded at the end of each dim to `dims` (the bucket's shape)."""
-    out = t.new_zeros(dims)
-    out[tuple(slice(0, n) for n in t.shape)] = t
+    """`t` padded at the end of each dim to `dims` (the bucket's shape). The padding is left
+    uninitialized: a bucketed program masks it wherever it could reach a valid result."""
+    out = t.new_empty(dims)
+    view = out
+    for d, n in enumerate(t.shape):
+        if n != dims[d]:
+            view = view.narrow(d, 0, n)
+    view.copy_(t)
     return out
 
 
-def _unpad(t: torch.Tensor, cuts: list, shape: tuple) -> torch.Tensor:
-    """The valid part of a padded result: viewed as its factors, each cut to its valid length
-    (`cuts`: (padded, valid) per factor, outer to inner), then merged back per dim."""
+def _cut_plan(cuts: list, dims: list):
+    """How to cut one padded result: None (nothing to cut), ("narrow", [(dim, valid)]) when
+    every cut dim is one factor, else ("factors", factor dims, [(axis, valid)], real dims)."""
     if all(p == v for p, v in cuts):
-        return t
-    factors = t.reshape([p for p, _ in cuts])
-    for d, (p, v) in enumerate(cuts):
-        if v != p:
-            factors = factors.narrow(d, 0, v)
-    # Merge the factors of each original dim (dims with one factor keep their length).
-    real, k = [], 0
-    for n in shape:  # every dim has one factor at least
-        size, prod = cuts[k][1], cuts[k][0]
+        return None
+    real, k, simple, narrows = [], 0, True, []
+    for d, n in enumerate(dims):  # every dim has one factor at least
+        prod, size, first = cuts[k][0], cuts[k][1], k
         k += 1
         while prod < n:
             prod *= cuts[k][0]
             size *= cuts[k][1]
             k += 1
+        if k - first > 1 and size != n:
+            simple = False
+        if size != n:
+            narrows.append((d, size))
         real.append(size)
-    return factors.contiguous().view(real)
+    if simple:
+        return ("narrow", narrows)
+    return ("factors", [p for p, _ in cuts], [(a, v) for a, (p, v) in enumerate(cuts) if p != v], real)
+
+
+def _unpad(t: torch.Tensor, plan) -> torch.Tensor:
+    """The valid part of a padded result (see `_cut_plan`): contiguous, as eager returns it."""
+    if plan is None:
+        return t
+    if plan[0] == "narrow":
+        for d, v in plan[1]:
+            t = t.narrow(d, 0, v)
+        return t if t.is_contiguous() else t.contiguous()
+    _, fdims, narrows, real = plan
+    f = t.view(fdims)
+    for a, v in narrows:
+        f = f.narrow(a, 0, v)
+    return f.contiguous().view(real)
 
 
 def _resolved(t: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ else defaults.
 | dump_dir | TPUC_DUMP_DIR | - | write every graph (FX, JSON, IR per pass, StableHLO, summary) here |
 | debug | TPUC_DEBUG | 0 | log every compile (with its cache source) to stderr |
 | verify_each | TPUC_VERIFY_EACH | 0 | verify the IR after every pass |
+| no_recompile | TPUC_NO_RECOMPILE | 0 | after `tpuc.warmup(...)`, any compile raises (naming the graph and bucket) |
 | buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
 | cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
 
@@ -38,6 +39,7 @@ class Options:
     debug: bool = False
     verify_each: bool = False
     buckets: str = "auto"
+    no_recompile: bool = False
     # TPUC_CACHE_* settings given as options (name without the TPUC_ prefix, lower case).
     cache: tuple[tuple[str, str], ...] = ()
 
@@ -60,7 +62,7 @@ class Options:
             else:
                 known = ", ".join(sorted(fields | {"cache_tier2", "cache_tier2_root", "cache_tier3_root", "..."}))
                 raise ValueError(f"tpuc: unknown option {key!r} (known: {known})")
-        for name in ("strict", "debug", "verify_each"):
+        for name in ("strict", "debug", "verify_each", "no_recompile"):
             if name in values:
                 values[name] = _as_bool(name, values[name])
         if "target" in values:

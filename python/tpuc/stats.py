@@ -18,6 +18,7 @@ def stats() -> dict[str, int]:
 
 def reset_stats() -> None:
     STATS.clear()
+    WARMED[0] = False
 
 
 def cache_stats() -> dict:
@@ -30,3 +31,34 @@ def cache_stats() -> dict:
     from . import _C
 
     return json.loads(_C.cache_stats())
+
+
+# Set by `warmup`: with the `no_recompile` option, a compile after it is an error.
+WARMED = [False]
+
+
+def warmup(fn, *examples) -> int:
+    """Runs `fn` (a torch.compile'd model or function) on each example, a tuple of arguments
+    or one tensor, so that every graph and bucket they reach compiles now; returns how many
+    programs were compiled. After it, with the `no_recompile` option (`TPUC_NO_RECOMPILE=1`),
+    any further compile raises a TpucError naming the graph and the bucket or shape."""
+    import torch
+
+    before = STATS["compiles"]
+    with torch.no_grad():
+        # Twice: a size first met as a static graph (before Dynamo made the graph dynamic)
+        # runs in the dynamic graph later, so its bucket is compiled on the second pass.
+        for _ in range(2):
+            for ex in examples:
+                fn(*ex) if isinstance(ex, tuple) else fn(ex)
+    WARMED[0] = True
+    return STATS["compiles"] - before
+
+
+def check_no_recompile(opts, name: str, what: str) -> None:
+    """Raises when a compile would happen after `warmup` under `no_recompile`."""
+    if opts.no_recompile and WARMED[0]:
+        from .errors import TpucError
+
+        raise TpucError(f"tpuc: {name}: compiling {what} after warm-up (no_recompile is set); "
+                        "add an example of this size to tpuc.warmup", kind="recompile", graph=name)

@@ -96,12 +96,13 @@ def gpt2_block():
     return mf.GPT2Block(32, 4, 32)
 
 
-def _run(tmp_path, model, example, dynamic, sizes, make_inputs, fills=("nan",), rtol=1e-4, atol=1e-5, training=False):
+def _run(tmp_path, model, example, dynamic, sizes, make_inputs, fills=("nan",), rtol=1e-4, atol=1e-5, training=False,
+         decompose=True):
     torch.manual_seed(0)
     model = model.train(training)
     ep = torch.export.export(model, example, dynamic_shapes=dynamic)
     pt2 = str(tmp_path / "m.pt2")
-    torch.export.save(ep.run_decompositions(), pt2)
+    torch.export.save(ep.run_decompositions() if decompose else ep, pt2)
     env = dict(os.environ, TPUC_CACHE_TIER2_ROOT=str(tmp_path / "shm"))
     buckets = set()
     for n in sizes:
@@ -163,6 +164,13 @@ def test_causal_gpt2_block(tmp_path):
 def test_convolution_over_a_dynamic_batch(tmp_path):
     s = Dim("s", min=1, max=300)
     _run(tmp_path, ConvOverBatch(), (torch.randn(3, 4, 10),), ({0: s},), SIZES, lambda n: (torch.randn(n, 4, 10),), fills=FILLS, atol=1e-4)
+
+
+def test_causal_gpt2_block_export_form_attention_op(tmp_path):
+    """As exported (no decompositions): SDPA is one attention op, causal over padded keys."""
+    s = Dim("s", min=2, max=300)
+    _run(tmp_path, gpt2_block(), (torch.randn(2, 5, 32),), ({1: s},), [2, 3, 9, 33, 129, 300], seq_input(2, 32),
+         fills=FILLS, atol=1e-4, decompose=False)
 
 
 def test_rms_norm_and_cumulative_ops(tmp_path):

@@ -111,3 +111,18 @@ def test_hf_generate_same_tokens_few_compiles_weights_once():
     assert s["compiles"] == first["compiles"], (first, s)
     n_weights = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
     assert s["weight_uploads"] <= n_weights + 8, s
+
+
+def test_warmup_then_no_recompile_raises_naming_the_bucket():
+    torch.manual_seed(0)
+    model = Pool().eval()
+    compiled = torch.compile(model, backend="tpuc", options={"no_recompile": True})
+    # Length 2 first compiles as a static graph, then (second pass) in bucket 2 of the dynamic
+    # graph Dynamo makes at length 3; 3 and 5 run in buckets 4 and 8.
+    assert tpuc.warmup(compiled, torch.randn(2, 2, 16), torch.randn(2, 3, 16), torch.randn(2, 5, 16)) == 4
+    with torch.no_grad():
+        for n in (2, 3, 4, 6, 8):  # all in compiled buckets
+            x = torch.randn(2, n, 16)
+            _check(compiled(x), model(x), f"n={n}")
+        with pytest.raises(Exception, match=r"compiling bucket s\d+=16 after warm-up"):
+            compiled(torch.randn(2, 9, 16))
