@@ -343,14 +343,17 @@ fn infer(
                     Dim::Static(n) if l[i] > *n => {
                         return fail(format!("slice limit {} exceeds dim {i} of size {n}", l[i]))
                     }
-                    Dim::Sym(_) if !(s[i] == 0 && st[i] == 1 && l[i] == i64::MAX) => {
-                        return fail(format!("slice of symbolic dim {i} must take it whole"))
-                    }
-                    Dim::Sym(_) => {
+                    // A symbolic dim is taken whole (limit i64::MAX), or cut at a static limit
+                    // (`topk`'s first k), which the symbol's smallest size must reach: checked
+                    // where sizes are known (bucketing, run time).
+                    Dim::Sym(_) if s[i] == 0 && st[i] == 1 && l[i] == i64::MAX => {
                         dims.push(ops[0].dims[i].clone());
                         continue;
                     }
-                    Dim::Static(_) => {}
+                    Dim::Sym(_) if l[i] == i64::MAX => {
+                        return fail(format!("slice of symbolic dim {i} must take it whole or stop at a static limit"))
+                    }
+                    Dim::Sym(_) | Dim::Static(_) => {}
                 }
                 let len = l[i] - s[i];
                 dims.push(Dim::Static(len / st[i] + i64::from(len % st[i] != 0)));

@@ -138,7 +138,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Gather => (Conditional, "padded dims indexed, taken whole, or batch dims of the indices"),
         Scatter => (Masks, "padded index positions point out of bounds (skipped); update windows whole"),
         SelectAndScatterAdd => (Conditional, "no padded dims"),
-        Sort => (Conditional, "not along a padded dim"),
+        Sort => (Masks, "padding filled to sort last (NaN ascending, lowest descending; the sort is stable)"),
         Composite => (Inlines, "inlined when an operand is padded"),
         Return | Yield => (Propagates, "results keep their layouts"),
     }
@@ -664,10 +664,28 @@ impl<'a> Sp<'a> {
             }
             Sort => {
                 let dim = a.int("dimension").unwrap_or(0) as usize;
-                if !lays[0][dim].is_exact() {
-                    return Err(self.fail(format!("sorts along {}", self.padded_dim_note(d.operands[0], dim))));
+                let mut l = lays[0].clone();
+                if lays[0][dim].is_exact() {
+                    (ins, vec![l.clone(), l])
+                } else {
+                    let e = match lays[0][dim].prefix_extent() {
+                        Some(Some(e)) => e.clone(),
+                        _ => return Err(self.fail(format!("sorts along {}, a product of padded dims", self.padded_dim_note(d.operands[0], dim)))),
+                    };
+                    // The padding sorts after every valid element: the sort is stable, and NaN
+                    // is the largest value (torch's order), so ascending pads with NaN (or the
+                    // largest integer) and descending with the lowest value.
+                    let dt = old.values[d.operands[0]].ty.dtype;
+                    let descending = a.bool("descending").unwrap_or(false);
+                    let fill = match (descending, dt.is_float()) {
+                        (false, true) => Scalar::Float(f64::NAN),
+                        (false, false) => highest(dt),
+                        (true, _) => lowest(dt),
+                    };
+                    let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
+                    l[dim] = prefix(self.shape(ins[0])[dim], e);
+                    (vec![x], vec![l.clone(), l])
                 }
-                (ins, vec![lays[0].clone(), lays[0].clone()])
             }
             Softmax | LogSoftmax => {
                 let dim = a.int("dimension").unwrap_or(0) as usize;

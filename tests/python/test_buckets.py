@@ -73,6 +73,14 @@ class ArgmaxOverSeq(nn.Module):
         return x.argmax(dim=1), x.argmin(dim=1), x.max(dim=1).values, (x > 0).any(dim=1), x.sum(dim=1)
 
 
+class SortTopk(nn.Module):
+    def forward(self, x):
+        top = torch.topk(x[..., :2], 1, dim=1)  # ties (column 2) pick any index in torch
+        asc = torch.sort(x, dim=1, stable=True)
+        desc = torch.sort(x, dim=1, descending=True, stable=True)
+        return top.values, top.indices, asc.values, asc.indices, desc.values, desc.indices
+
+
 class BatchNormTraining(nn.Module):
     def __init__(self):
         super().__init__()
@@ -181,6 +189,18 @@ def test_rms_norm_and_cumulative_ops(tmp_path):
 def test_argmax_argmin_any_over_the_dynamic_dim(tmp_path):
     s = Dim("s", min=1, max=300)
     _run(tmp_path, ArgmaxOverSeq(), (torch.randn(2, 5, 8),), ({1: s},), SIZES, seq_input(2, 8), fills=FILLS)
+
+
+def test_sort_and_topk_along_the_dynamic_dim(tmp_path):
+    s = Dim("s", min=1, max=300)
+
+    def inputs(n):
+        x = torch.randn(2, n, 4)
+        x[0, n // 2, 1] = float("nan")  # NaN sorts last ascending, first descending
+        x[1, :, 2] = 1.0  # ties keep their order (stable)
+        return (x,)
+
+    _run(tmp_path, SortTopk(), inputs(5), ({1: s},), SIZES, inputs, fills=FILLS)
 
 
 def test_batch_norm_training_statistics_over_a_dynamic_batch(tmp_path):
