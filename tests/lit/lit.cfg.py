@@ -7,6 +7,7 @@
 #   %tpuc              the tpuc binary: $TPUC_BIN, else
 #                      ${CARGO_TARGET_DIR:-<repo>/target}/debug/tpuc
 #   %fixtures          <repo>/tests/fixtures
+#   %python            the project Python (<repo>/.venv/bin/python, or $TPUC_PYTHON)
 #   %verify-stablehlo  <repo>/.venv/bin/python <repo>/tests/verify_stablehlo.py
 #                      (python: $TPUC_PYTHON if set)
 #   FileCheck, split-file, `| not`, `| count`: LLVM test tools, from
@@ -114,6 +115,7 @@ config.substitutions.append(("%verify-stablehlo", verify))
 config.substitutions.append(("%fixtures", os.path.join(repo, "tests", "fixtures")))
 config.substitutions.append(("%tpuc", tpuc))
 config.substitutions.append(("%repo", repo))
+config.substitutions.append(("%python", python))
 config.substitutions.append(("%exit-code", "%s %s" % (python, os.path.join(config.test_source_root, "exit_code.py"))))
 # Tool names: only as whole words not preceded by . - / or %, as LLVM does.
 for name in ("FileCheck", "split-file"):

@@ -259,6 +259,9 @@ struct CompileArgs {
     inline_weights: bool,
     #[command(flatten)]
     buckets: BucketArgs,
+    /// Compile this many buckets at once (programs with symbolic dims) [default: the CPU count].
+    #[arg(long, value_name = "J")]
+    jobs: Option<usize>,
 }
 
 #[derive(Args)]
@@ -604,13 +607,41 @@ fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(
         let i = p.buckets.iter().position(|&x| x == b).unwrap_or(0);
         (if i == 0 { p.min } else { p.buckets[i - 1] + 1 }, b)
     };
+    // Lower and compile the buckets on `jobs` threads; a progress line on a terminal.
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).clamp(1, combos.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<tpuc_driver::exec::Compiled, Failure>>>> =
+        combos.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(bucket) = combos.get(i) else { break };
+                let result = (|| {
+                    let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, bucket, &options, Emit::StableHlo)?;
+                    report_passes(&bl.lowered, options.pass_timing);
+                    let label = format!("{} [{}]", a.model.display(), bucket_name(bucket));
+                    compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &label)
+                })();
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if progress {
+                    eprint!("\rcompiled {k}/{} buckets", combos.len());
+                }
+            });
+        }
+    });
+    if progress {
+        eprintln!();
+    }
     let mut rows = Vec::new();
     let mut entries = Vec::new();
-    for bucket in &combos {
-        let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, bucket, &options, Emit::StableHlo)?;
-        report_passes(&bl.lowered, options.pass_timing);
+    for (bucket, slot) in combos.iter().zip(slots) {
+        let compiled = slot.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every bucket ran")?;
         let name = bucket_name(bucket);
-        let compiled = compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &format!("{} [{name}]", a.model.display()))?;
         let sm = &compiled.summary;
         let range: Vec<String> = bucket.iter().map(|(k, &b)| {
             let (lo, hi) = serves(k, b);
@@ -643,7 +674,7 @@ fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(
         println!("{}", line(r));
     }
     let total: f64 = entries.iter().filter_map(|e| e["compile_seconds"].as_f64()).sum();
-    println!("{} bucket(s), {:.3} s", rows.len(), total);
+    println!("{} bucket(s): {total:.3} s of compiling on {jobs} thread(s), {:.3} s wall", rows.len(), started.elapsed().as_secs_f64());
     Ok(())
 }
 
