@@ -238,3 +238,17 @@ def test_size_outside_the_range_is_a_clear_error(tmp_path):
     p = subprocess.run([TPUC, "run", pt2, "--inputs", x, "--no-cache"], capture_output=True, text=True)
     assert p.returncode == 1, p.stderr
     assert "size 65 of symbol `s" in p.stderr and "outside its range [1, 64]" in p.stderr, p.stderr
+
+
+def test_every_bucket_compiles_for_a_tpu_topology(tmp_path):
+    """The bucketed programs (masks, gathers, size arguments) are programs libtpu accepts."""
+    s = Dim("s", min=2, max=300)
+    ep = torch.export.export(gpt2_block(), (torch.randn(2, 5, 32),), dynamic_shapes=({1: s},))
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep.run_decompositions(), pt2)
+    p = subprocess.run([TPUC, "compile", pt2, "--target", "tpu", "--topology", "v5e:2x2", "--buckets", "8,128,300",
+                        "--no-cache", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    entries = json.loads(p.stdout.strip().splitlines()[-1])["buckets"]
+    assert [list(e["sizes"].values())[0] for e in entries] == [8, 128, 300]
+    assert all(e["target"] == "tpu" and e["executable_bytes"] > 0 for e in entries), entries
