@@ -81,7 +81,7 @@ pub enum EmitError {
     #[error("module does not verify ({} error(s)):\n{}", .0.len(), VerifyErrors(.0))]
     Invalid(Vec<VerifyError>),
     /// A symbolic dimension reached the emitter.
-    #[error("dynamic dimension {dim} in {context}: bucketing is not implemented yet")]
+    #[error("dynamic dimension {dim} in {context}: StableHLO is emitted for static shapes; specialize to a bucket first (tpuc compile and run do; lower/opt take --bucket S=SIZE)")]
     DynamicDim {
         /// The dim as the IR prints it (`s0`, `(2*s0)`).
         dim: String,

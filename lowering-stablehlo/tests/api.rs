@@ -99,7 +99,7 @@ fn symbolic_dims_are_reported_with_op_node_and_source_line() {
     let e = emit_stablehlo(&m, &opts(false)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "dynamic dimension s0 in result of `broadcast_in_dim` (node `add_1` at model.py:3 in forward): bucketing is not implemented yet"
+        "dynamic dimension s0 in result of `broadcast_in_dim` (node `add_1` at model.py:3 in forward): StableHLO is emitted for static shapes; specialize to a bucket first (tpuc compile and run do; lower/opt take --bucket S=SIZE)"
     );
     let ir = r#"module {
   symbol @s0 : [2, 64]
@@ -112,7 +112,7 @@ fn symbolic_dims_are_reported_with_op_node_and_source_line() {
     let e = emit_stablehlo(&parse_module(ir).unwrap(), &opts(false)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "dynamic dimension s0 in argument 0 (`x`) of @main: bucketing is not implemented yet"
+        "dynamic dimension s0 in argument 0 (`x`) of @main: StableHLO is emitted for static shapes; specialize to a bucket first (tpuc compile and run do; lower/opt take --bucket S=SIZE)"
     );
     assert!(matches!(e, EmitError::DynamicDim { ref dim, .. } if dim == "s0"));
 }

@@ -96,6 +96,8 @@ struct ExplainArgs {
     inline_weights: bool,
     #[command(flatten)]
     pipeline: PipelineArgs,
+    #[command(flatten)]
+    buckets: BucketArgs,
 }
 
 /// `--precision`: the words of [`Precision`], with help for each.
@@ -581,27 +583,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
 /// `tpuc compile` of a program with symbolic dims: every bucket of the plan, one table row
 /// (or JSON entry) each.
 fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(), Failure> {
-    use tpuc_driver::dynamic::{bucket_name, Sizes};
+    use tpuc_driver::dynamic::bucket_name;
     if a.output.is_some() {
         return Err(Failure::User("-o writes one executable; a program with symbolic dims compiles one per bucket (they go to the cache)".into()));
     }
     let plan = a.buckets.plan_for(&imported.module)?;
     let options = a.pipeline.options(a.inline_weights, a.target.target);
     let cache = a.target.cache.open();
-    // Every combination of the symbols' buckets, the first symbol outermost.
-    let mut combos: Vec<Sizes> = vec![Sizes::new()];
-    for p in &plan.symbols {
-        combos = combos
-            .into_iter()
-            .flat_map(|c| {
-                p.buckets.iter().map(move |&b| {
-                    let mut c = c.clone();
-                    c.insert(p.name.clone(), b);
-                    c
-                })
-            })
-            .collect();
-    }
+    let combos = bucket_combinations(&plan);
     let serves = |name: &str, b: i64| -> (i64, i64) {
         let p = plan.symbol(name).expect("planned symbol");
         let i = p.buckets.iter().position(|&x| x == b).unwrap_or(0);
@@ -680,11 +669,22 @@ fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(
 
 type BTreeMapJson = std::collections::BTreeMap<String, (i64, i64)>;
 
-/// Imports and lowers to StableHLO for compiling.
-fn lower_for(model: &std::path::Path, options: LowerOptions) -> Result<tpuc_driver::Lowered, Failure> {
-    let lowered = tpuc_driver::compile_file(model, &options, Emit::StableHlo)?;
-    report_passes(&lowered, options.pass_timing);
-    Ok(lowered)
+/// Every combination of the symbols' buckets, the first symbol outermost.
+fn bucket_combinations(plan: &tpuc_driver::buckets::BucketPlan) -> Vec<tpuc_driver::dynamic::Sizes> {
+    let mut combos = vec![tpuc_driver::dynamic::Sizes::new()];
+    for p in &plan.symbols {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                p.buckets.iter().map(move |&b| {
+                    let mut c = c.clone();
+                    c.insert(p.name.clone(), b);
+                    c
+                })
+            })
+            .collect();
+    }
+    combos
 }
 
 /// Prints the passes' notes (`note: ...`) and, if asked, the pass timing table to stderr.
@@ -906,10 +906,30 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             Ok(())
         }
         CacheCommand::Explain(a) => {
-            let lowered = lower_for(&a.model, a.pipeline.options(a.inline_weights, a.target.target))?;
-            let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request(), &a.model.display().to_string())
-                .map_err(DriverError::from)?;
-            print!("{}", open(&a.target.cache).explain(&kc));
+            let options = a.pipeline.options(a.inline_weights, a.target.target);
+            let imported = tpuc_driver::import(&a.model)?;
+            let cache = open(&a.target.cache);
+            if imported.module.symbols.is_empty() {
+                let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
+                report_passes(&lowered, options.pass_timing);
+                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request(), &a.model.display().to_string())
+                    .map_err(DriverError::from)?;
+                print!("{}", cache.explain(&kc));
+                return Ok(());
+            }
+            // One explanation per bucket of the plan, as `compile` would key them.
+            let plan = a.buckets.plan_for(&imported.module)?;
+            for bucket in bucket_combinations(&plan) {
+                let name = tpuc_driver::dynamic::bucket_name(&bucket);
+                let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &options, Emit::StableHlo)?;
+                let label = format!("{} [{name}]", a.model.display());
+                let kc = tpuc_driver::exec::key_components(&bl.lowered.key_program()?, &a.target.request(), &label)
+                    .map_err(DriverError::from)?;
+                println!("bucket {name}:");
+                for line in cache.explain(&kc).to_string().lines() {
+                    println!("  {line}");
+                }
+            }
             Ok(())
         }
     }
