@@ -67,7 +67,7 @@ enum CacheCommand {
     /// Sweep leftover temporary files and apply the size budgets.
     Evict(CacheOnly),
     /// Why the next compile of MODEL with these flags would hit or miss.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
 }
 
 #[derive(Args)]
