@@ -297,6 +297,12 @@ impl<'a> Sp<'a> {
         self.new.values[v].ty.static_dims().unwrap_or_default()
     }
 
+    /// The error for an op that needs a padded dim to be one prefix, met with a product of
+    /// padded dims (e.g. `[2*s]` from a reshape).
+    fn not_prefix(&self, what: &str, v: ValueId, d: usize) -> PassError {
+        self.fail(format!("{what} {}, a product of padded dims", self.padded_dim_note(v, d)))
+    }
+
     /// The layout of an old value's dim `d` (for messages: which symbol pads it).
     fn padded_dim_note(&self, v: ValueId, d: usize) -> String {
         match &self.old.values[v].ty.dims.get(d) {
@@ -444,7 +450,7 @@ impl<'a> Sp<'a> {
                             DimLayout::Exact
                         }
                         DimLayout::Factors(_) => {
-                            return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i))))
+                            return Err(self.not_prefix("uses", d.operands[0], i))
                         }
                     });
                 }
@@ -467,7 +473,7 @@ impl<'a> Sp<'a> {
                         (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
                         (x, Some(e)) => match x.prefix_extent() {
                             Some(_) => prefix(self.eval(&e).unwrap_or(0), e),
-                            None => return Err(self.fail(format!("the last operand's dim {dim} is a product of padded dims"))),
+                            None => return Err(self.not_prefix("joins", d.operands[last], dim)),
                         },
                     };
                     (ins, vec![l])
@@ -517,7 +523,7 @@ impl<'a> Sp<'a> {
                         DimLayout::Uniform(_) => {}
                         DimLayout::Factors(f) if f.len() == 1 => gathers.push((i, f[0].extent.clone())),
                         DimLayout::Factors(_) => {
-                            return Err(self.fail(format!("reverses {}, a product of padded dims", self.padded_dim_note(d.operands[0], i))))
+                            return Err(self.not_prefix("reverses", d.operands[0], i))
                         }
                     }
                     if let DimLayout::Uniform(_) = &lays[0][i] {
@@ -577,7 +583,7 @@ impl<'a> Sp<'a> {
                             Some(e) => prefix(self.eval(e).unwrap_or(0), e.clone()),
                             None => DimLayout::Exact,
                         },
-                        _ => return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i)))),
+                        _ => return Err(self.not_prefix("uses", d.operands[0], i)),
                     });
                 }
                 let x = self.mask(ins[0], &lays[0], &(1..nd).collect::<Vec<_>>(), Fill::Scalar(Scalar::Float(0.0)))?;
@@ -636,7 +642,7 @@ impl<'a> Sp<'a> {
                         continue;
                     }
                     if x.prefix_extent().is_none() {
-                        return Err(self.fail(format!("{} is a product of padded dims", self.padded_dim_note(d.operands[0], i))));
+                        return Err(self.not_prefix("uses", d.operands[0], i));
                     }
                     mask_dims.push(i);
                     l.push(match &dims[i] {
@@ -657,7 +663,7 @@ impl<'a> Sp<'a> {
                     }
                     DimLayout::Factors(f) if f.len() == 1 => lays[0][dim].clone(),
                     DimLayout::Factors(_) => {
-                        return Err(self.fail(format!("scans {}, a product of padded dims", self.padded_dim_note(d.operands[0], dim))))
+                        return Err(self.not_prefix("scans", d.operands[0], dim))
                     }
                 };
                 (ins, vec![l])
@@ -670,7 +676,7 @@ impl<'a> Sp<'a> {
                 } else {
                     let e = match lays[0][dim].prefix_extent() {
                         Some(Some(e)) => e.clone(),
-                        _ => return Err(self.fail(format!("sorts along {}, a product of padded dims", self.padded_dim_note(d.operands[0], dim)))),
+                        _ => return Err(self.not_prefix("sorts along", d.operands[0], dim)),
                     };
                     // The padding sorts after every valid element: the sort is stable, and NaN
                     // is the largest value (torch's order), so ascending pads with NaN (or the
@@ -1089,7 +1095,7 @@ impl<'a> Sp<'a> {
                 Some(None) => SymExpr::constant(p),
                 Some(Some(e)) => e.clone(),
                 None => {
-                    return Err(self.fail(format!("joins {}, a product of padded dims", self.padded_dim_note(d.operands[k], dim))))
+                    return Err(self.not_prefix("joins", d.operands[k], dim))
                 }
             });
         }
