@@ -177,6 +177,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Spec
         size_val: BTreeMap::new(),
         extents: HashMap::new(),
         locs: HashMap::new(),
+        clean: HashMap::new(),
         block: tpuc_ir::EntityId::new(0),
         loc: None,
         cur: None,
@@ -247,6 +248,10 @@ struct Sp<'a> {
     block: BlockId,
     /// The new location of the op being specialized.
     loc: Option<LocId>,
+    /// Old value -> per dim, the value its padding is known to hold wherever the other padded
+    /// dims are valid (after a mask, a softmax, ...): masks that would write the same value
+    /// again are skipped.
+    clean: HashMap<ValueId, Vec<Option<f64>>>,
     /// The old op being specialized (for errors).
     cur: Option<OpId>,
 }
@@ -551,8 +556,20 @@ impl<'a> Sp<'a> {
                     ints("lhs_contracting_dimensions"),
                     ints("rhs_contracting_dimensions"),
                 );
-                let lhs = self.mask(ins[0], &lays[0], &as_usize(&lc), Fill::Scalar(Scalar::Float(0.0)))?;
-                let rhs = self.mask(ins[1], &lays[1], &as_usize(&rc), Fill::Scalar(Scalar::Float(0.0)))?;
+                // Both sides of a padded contraction must hold 0 there (0 * NaN is NaN); a side
+                // known to hold 0 already is left alone.
+                let (mut lm, mut rm) = (Vec::new(), Vec::new());
+                for (&x, &y) in lc.iter().zip(&rc) {
+                    let (x, y) = (x as usize, y as usize);
+                    if self.clean_of(d.operands[0], x) != Some(0.0) {
+                        lm.push(x);
+                    }
+                    if self.clean_of(d.operands[1], y) != Some(0.0) {
+                        rm.push(y);
+                    }
+                }
+                let lhs = self.mask(ins[0], &lays[0], &lm, Fill::Scalar(Scalar::Float(0.0)))?;
+                let rhs = self.mask(ins[1], &lays[1], &rm, Fill::Scalar(Scalar::Float(0.0)))?;
                 let mut l = Vec::new();
                 for (&x, &y) in lb.iter().zip(&rb) {
                     l.push(self.unify(&lays[0][x as usize], &lays[1][y as usize], d.operands[1], y as usize)?);
@@ -599,7 +616,9 @@ impl<'a> Sp<'a> {
                     ReduceKind::Max => lowest(dt),
                     ReduceKind::Min => highest(dt),
                 };
-                let x = self.mask(ins[0], &lays[0], &dims, Fill::Scalar(fill))?;
+                let f = fill.as_f64();
+                let need: Vec<usize> = dims.iter().copied().filter(|&i| self.clean_of(d.operands[0], i) != Some(f)).collect();
+                let x = self.mask(ins[0], &lays[0], &need, Fill::Scalar(fill))?;
                 let l = (0..rank(0)).filter(|i| !dims.contains(i)).map(|i| lays[0][i].clone()).collect();
                 (vec![x], vec![l])
             }
@@ -696,12 +715,23 @@ impl<'a> Sp<'a> {
             Softmax | LogSoftmax => {
                 let dim = a.int("dimension").unwrap_or(0) as usize;
                 let dt = old.values[d.operands[0]].ty.dtype;
-                let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(lowest(dt)))?;
+                let padded = !lays[0][dim].is_exact();
+                let known = padded
+                    && (self.clean_of(d.operands[0], dim) == Some(f64::NEG_INFINITY)
+                        || self.causal_scores(d.operands[0], dim, &lays[0])?);
+                let x = if known { ins[0] } else { self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(lowest(dt)))? };
                 let mut l = lays[0].clone();
                 if let DimLayout::Uniform(e) = &l[dim] {
                     l[dim] = prefix(self.shape(ins[0])[dim], e.clone());
                 }
-                (vec![x], vec![l])
+                self.emit(op, &[x], &[])?;
+                self.lay.insert(d.results[0], l);
+                if padded {
+                    // exp(-inf - max) = 0 in the padding of every valid row.
+                    let z = if d.opcode == Softmax { 0.0 } else { f64::NEG_INFINITY };
+                    self.set_clean(d.results[0], dim, z);
+                }
+                return Ok(());
             }
             LayerNorm => {
                 let nr = a.int("normalized_rank").unwrap_or(1) as usize;
@@ -761,7 +791,92 @@ impl<'a> Sp<'a> {
         for ((&r, _), l) in d.results.iter().zip(&outs).zip(out_lays) {
             self.lay.insert(r, l);
         }
+        self.propagate_clean(op);
         Ok(())
+    }
+
+    /// The value the padding along `dim` of old value `v` holds where the other padded dims
+    /// are valid: from a splat constant, or tracked.
+    fn clean_of(&self, v: ValueId, dim: usize) -> Option<f64> {
+        if let Some(&n) = self.vmap.get(&v) {
+            if let Some(x) = crate::util::splat_f64(&self.new, n) {
+                return Some(x);
+            }
+        }
+        self.clean.get(&v).and_then(|c| c.get(dim).copied().flatten())
+    }
+
+    fn set_clean(&mut self, v: ValueId, dim: usize, x: f64) {
+        let rank = self.old.values[v].ty.rank();
+        let c = self.clean.entry(v).or_insert_with(|| vec![None; rank]);
+        if dim < c.len() {
+            c[dim] = Some(x);
+        }
+    }
+
+    /// Known padding values through ops that keep positions: elementwise ops on known values,
+    /// transposes, and reshapes and broadcasts that keep a padded dim whole.
+    fn propagate_clean(&mut self, op: OpId) {
+        let d = &self.old.ops[op];
+        let Some(&r) = d.results.first() else { return };
+        let lay = self.lay[&r].clone();
+        let mut out: Vec<Option<f64>> = vec![None; lay.len()];
+        match d.opcode {
+            Opcode::Transpose => {
+                let p = d.attrs.ints("permutation").unwrap_or(&[]).to_vec();
+                for (o, &i) in p.iter().enumerate() {
+                    out[o] = self.clean_of(d.operands[0], i as usize);
+                }
+            }
+            Opcode::BroadcastInDim => {
+                let bd = d.attrs.ints("broadcast_dimensions").unwrap_or(&[]).to_vec();
+                let src = &self.lay[&d.operands[0]];
+                for (k, &o) in bd.iter().enumerate() {
+                    if !lay[o as usize].is_exact() && src[k] == lay[o as usize] {
+                        out[o as usize] = self.clean_of(d.operands[0], k);
+                    }
+                }
+            }
+            Opcode::Reshape => {
+                // A padded dim that keeps its place counted from the end (the same dims after
+                // it) is the same dim.
+                let (inn, outs) = (self.old_dims(d.operands[0]), self.old_dims(r));
+                let src = &self.lay[&d.operands[0]];
+                for (o, l) in lay.iter().enumerate() {
+                    let tail = outs.len() - o;
+                    if l.is_exact() || inn.len() < tail || inn[inn.len() - tail..] != outs[o..] {
+                        continue;
+                    }
+                    let i = inn.len() - tail;
+                    if src[i] == *l {
+                        out[o] = self.clean_of(d.operands[0], i);
+                    }
+                }
+            }
+            Opcode::Select => {
+                for (dim, slot) in out.iter_mut().enumerate() {
+                    let (a, b) = (self.clean_of(d.operands[1], dim), self.clean_of(d.operands[2], dim));
+                    if let (Some(a), Some(b)) = (a, b) {
+                        if a == b {
+                            *slot = Some(a);
+                        }
+                    }
+                }
+            }
+            opc if opc.is_elementwise() || opc == Opcode::Compare => {
+                for (dim, slot) in out.iter_mut().enumerate() {
+                    if lay[dim].is_exact() {
+                        continue;
+                    }
+                    let vals: Option<Vec<f64>> = d.operands.iter().map(|&v| self.clean_of(v, dim)).collect();
+                    *slot = vals.and_then(|v| elementwise_f64(opc, &d.attrs, &v));
+                }
+            }
+            _ => return,
+        }
+        if out.iter().any(Option::is_some) {
+            self.clean.insert(r, out);
+        }
     }
 
     /// Builds `op` with new operands and regions, its attributes and its specialized result
@@ -976,6 +1091,124 @@ impl<'a> Sp<'a> {
         self.mask(ins[1], &lays[1], &dims, Fill::Scalar(highest(dt)))
     }
 
+    /// Whether softmax input `x` (old) over padded `dim` is `scores + bias` with a bias that is
+    /// -inf wherever the key index exceeds the query index (`dim - 1`, padded alike): a valid
+    /// query then never weighs a padded key, and once the scores' key side holds 0 in its
+    /// padding (a cheap mask at the matmul that made them, inserted here), the padding of `x` is
+    /// -inf in every valid row without masking the [.., L, S] scores themselves.
+    fn causal_scores(&mut self, x: ValueId, dim: usize, lay: &Layout) -> R<bool> {
+        if dim == 0 || lay[dim - 1] != lay[dim] || lay[dim].prefix_extent().is_none() {
+            return Ok(false);
+        }
+        let Some(op) = self.old.defining_op(x) else { return Ok(false) };
+        let d = &self.old.ops[op];
+        if d.opcode != Opcode::Add {
+            return Ok(false);
+        }
+        for (s, bias) in [(d.operands[0], d.operands[1]), (d.operands[1], d.operands[0])] {
+            if !self.causal_bias(self.vmap[&bias], dim) {
+                continue;
+            }
+            if self.zero_key_side(self.vmap[&s], dim, &lay[dim])? {
+                self.set_clean(x, dim, f64::NEG_INFINITY);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether new value `bias` (a broadcast of a computable mask) is -inf at every (query i,
+    /// key j > i), the query being dim `dim - 1` and the key dim `dim`.
+    fn causal_bias(&self, bias: ValueId, dim: usize) -> bool {
+        let (mut v, mut q, mut k) = (bias, Some(dim - 1), Some(dim));
+        while let Some(op) = self.new.defining_op(v) {
+            let od = &self.new.ops[op];
+            if od.opcode != Opcode::BroadcastInDim {
+                break;
+            }
+            let bd = od.attrs.ints("broadcast_dimensions").unwrap_or(&[]);
+            q = q.and_then(|q| bd.iter().position(|&x| x == q as i64));
+            k = k.and_then(|k| bd.iter().position(|&x| x == k as i64));
+            v = od.operands[0];
+        }
+        let (Some(q), Some(k)) = (q, k) else { return false };
+        let Some((dims, vals)) = crate::eval::eval_f64s(&self.new, v, 1 << 22) else { return false };
+        let stride = |d: usize| dims[d + 1..].iter().product::<i64>() as usize;
+        let (sq, sk) = (stride(q), stride(k));
+        vals.iter().enumerate().all(|(idx, &x)| {
+            let (i, j) = ((idx / sq) % dims[q] as usize, (idx / sk) % dims[k] as usize);
+            j <= i || x == f64::NEG_INFINITY
+        })
+    }
+
+    /// Makes the padding along `dim` of new value `s` (scores) finite by masking with 0 the
+    /// padded dim of the matmul operand it comes from (through reshapes, transposes and
+    /// scaling by finite constants), inserted just before that matmul. False when `s` has no
+    /// such source.
+    fn zero_key_side(&mut self, s: ValueId, dim: usize, key: &DimLayout) -> R<bool> {
+        let (mut v, mut d) = (s, dim);
+        let padded = self.shape(s)[dim];
+        loop {
+            let Some(op) = self.new.defining_op(v) else { return Ok(false) };
+            let od = &self.new.ops[op];
+            match od.opcode {
+                Opcode::Reshape => {
+                    let (inn, out) = (self.shape(od.operands[0]), self.shape(v));
+                    let tail = out.len() - d;
+                    if inn.len() < tail || inn[inn.len() - tail..] != out[d..] {
+                        return Ok(false);
+                    }
+                    d = inn.len() - tail;
+                    v = od.operands[0];
+                }
+                Opcode::Transpose => {
+                    d = od.attrs.ints("permutation").and_then(|p| p.get(d)).copied().unwrap_or(0) as usize;
+                    v = od.operands[0];
+                }
+                Opcode::Mul | Opcode::Div | Opcode::Convert => {
+                    let finite = od.operands.iter().skip(1).all(|&o| crate::util::splat_f64(&self.new, o).is_some_and(f64::is_finite));
+                    if !finite {
+                        return Ok(false);
+                    }
+                    v = od.operands[0];
+                }
+                Opcode::DotGeneral => {
+                    let ints = |n: &str| od.attrs.ints(n).unwrap_or(&[]).to_vec();
+                    let (lb, rb) = (ints("lhs_batching_dimensions"), ints("rhs_batching_dimensions"));
+                    let (lc, rc) = (ints("lhs_contracting_dimensions"), ints("rhs_contracting_dimensions"));
+                    let free = |rank: usize, b: &[i64], c: &[i64]| -> Vec<usize> {
+                        (0..rank).filter(|i| !b.contains(&(*i as i64)) && !c.contains(&(*i as i64))).collect()
+                    };
+                    let (ls, rs) = (self.shape(od.operands[0]), self.shape(od.operands[1]));
+                    let (lf, rf) = (free(ls.len(), &lb, &lc), free(rs.len(), &rb, &rc));
+                    let (side, sd) = if d < lb.len() {
+                        return Ok(false);
+                    } else if d < lb.len() + lf.len() {
+                        (0, lf[d - lb.len()])
+                    } else {
+                        (1, rf[d - lb.len() - lf.len()])
+                    };
+                    let operand = od.operands[side];
+                    if self.shape(operand)[sd] != padded {
+                        return Ok(false);
+                    }
+                    let mut layout = vec![DimLayout::Exact; self.shape(operand).len()];
+                    layout[sd] = key.clone();
+                    let first = self.new.ops.len();
+                    let masked = self.mask(operand, &layout, &[sd], Fill::Scalar(Scalar::Float(0.0)))?;
+                    for i in first..self.new.ops.len() {
+                        let o: OpId = tpuc_ir::EntityId::new(i);
+                        self.new.detach_op(o);
+                        self.new.insert_op_before(op, o);
+                    }
+                    self.new.set_operand(op, side, masked);
+                    return Ok(true);
+                }
+                _ => return Ok(false),
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ masks
 
     /// `x` with the padding of `dims` replaced by `fill`.
@@ -1160,6 +1393,25 @@ impl<'a> Sp<'a> {
         let idx = self.b().binary(Opcode::Max, idx, zero).map_err(|e| self.ir(e))?;
         self.gather_along(x, idx, dim)
     }
+}
+
+/// An elementwise op on known scalar values (the padding values `Sp::clean_of` tracks).
+fn elementwise_f64(op: Opcode, attrs: &Attrs, v: &[f64]) -> Option<f64> {
+    let b = |x: bool| if x { 1.0 } else { 0.0 };
+    Some(match (op, v) {
+        (Opcode::Add, [x, y]) => x + y,
+        (Opcode::Sub, [x, y]) => x - y,
+        (Opcode::Mul, [x, y]) => x * y,
+        (Opcode::Div, [x, y]) => x / y,
+        (Opcode::Max, [x, y]) => x.max(*y),
+        (Opcode::Min, [x, y]) => x.min(*y),
+        (Opcode::Neg, [x]) => -x,
+        (Opcode::Exp, [x]) => x.exp(),
+        (Opcode::Convert, [x]) => *x,
+        (Opcode::Not, [x]) => b(*x == 0.0),
+        (Opcode::Compare, [x, y]) => b(attrs.get_enum::<Direction>("direction")?.holds(x.partial_cmp(y))),
+        _ => return None,
+    })
 }
 
 enum Fill {
