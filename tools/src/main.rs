@@ -474,7 +474,15 @@ fn output_text(lowered: tpuc_driver::Lowered) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // --help and --version succeed; every other command-line error is a usage error and exits
+    // 1 like any other user error (clap's own code, 2, is tpuc's internal-error code).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     init_logging(cli.verbose);
     // A panic is a tpuc bug: report it as an internal error (exit 2), never as a crash trace only.
     let result = std::panic::catch_unwind(|| run(cli));
