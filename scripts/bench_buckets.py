@@ -165,7 +165,7 @@ def cost_table(tpuc, tmp):
             v = json.loads(p.stdout.strip().splitlines()[-1])
             v = v["buckets"][0] if "buckets" in v else v
             figures.append(v.get("cost", {}))
-        (fb, ab), (fe, ae) = [(c.get("flops", 0), c.get("bytes accessed", c.get("bytes_accessed", 0))) for c in figures]
+        (fb, ab), (fe, ae) = [(c.get("flops", 0), c.get("bytes_accessed", 0)) for c in figures]
         rows.append([b, f"{fb:.4g}", f"{fe:.4g}", f"{100 * (fb / fe - 1):+.2f} %" if fe else "-",
                      f"{ab:.4g}", f"{ae:.4g}", f"{100 * (ab / ae - 1):+.2f} %" if ae else "-"])
     table("libtpu cost analysis, GPT-2 block d64 for v5e:2x2 at length B: bucketed (masks) vs exported for B",

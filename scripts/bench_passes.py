@@ -80,7 +80,7 @@ def measure(binary, model, extra):
         "main_ops": main,
         "pass_ms": pass_ms,
         "flops": cost.get("flops"),
-        "bytes": cost.get("bytes accessed"),
+        "bytes": cost.get("bytes_accessed"),
         "optimal_s": cost.get("optimal_seconds"),
     }
 

@@ -41,7 +41,8 @@ pub struct CompileSummary {
     pub partitions: i64,
     pub compile_seconds: f64,
     pub executable_bytes: usize,
-    /// Cost analysis figures (e.g. `flops`, `optimal_seconds`) where the plugin offers them.
+    /// Cost analysis figures where the plugin offers them, under tpuc's names ([`clean_cost`]):
+    /// `flops`, `transcendentals`, `bytes_accessed`, `optimal_seconds`.
     pub cost: std::collections::BTreeMap<String, f64>,
     /// Compiled memory stats in bytes where the plugin offers them.
     pub memory: Option<MemoryStats>,
@@ -75,7 +76,7 @@ impl CompileSummary {
             " in {:.3} s: executable {} bytes, cache {}",
             self.compile_seconds, self.executable_bytes, self.cache
         );
-        for key in ["flops", "bytes accessed", "optimal_seconds"] {
+        for key in ["flops", "bytes_accessed", "optimal_seconds"] {
             if let Some(v) = self.cost.get(key) {
                 s += &format!(", {key} {v:.4e}");
             }
@@ -274,6 +275,25 @@ impl Figures {
     }
 }
 
+/// The plugin's cost analysis under stable snake_case names. XLA's keys are its
+/// HloCostAnalysis property names (`bytes accessed`, `optimal_seconds`, ...); the per-operand
+/// ones (`bytes accessed0{}`, `utilization3{}`, `bytes accessedout{1}`) describe operands of
+/// the entry computation's root instruction and are left out.
+pub fn clean_cost(raw: &std::collections::BTreeMap<String, f64>) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, &v) in raw {
+        let name = match k.as_str() {
+            "flops" => "flops",
+            "transcendentals" => "transcendentals",
+            "bytes accessed" => "bytes_accessed",
+            "optimal_seconds" => "optimal_seconds",
+            _ => continue,
+        };
+        out.insert(name.to_string(), v);
+    }
+    out
+}
+
 fn summary(
     plugin: &rt::Plugin,
     target: &CompileTarget,
@@ -292,7 +312,7 @@ fn summary(
         partitions: req.partitions,
         compile_seconds,
         executable_bytes,
-        cost: figures.cost,
+        cost: clean_cost(&figures.cost),
         memory: figures.memory,
         cache,
         cache_key: None,
