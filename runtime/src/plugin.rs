@@ -97,7 +97,15 @@ impl Plugin {
                 });
             }
         }
-        let result = load_uncached(given);
+        let result = if is_libtpu(&key) {
+            // libtpu prints its start-up chatter (worker hostnames, huge pages, "logging
+            // before InitGoogle") on stderr, whatever its log settings: it goes to its log
+            // folder instead, with the rest of its logs.
+            let _quiet = sys::StderrTo::file(&libtpu_log_dir().join("libtpu-stderr.log"));
+            load_uncached(given)
+        } else {
+            load_uncached(given)
+        };
         loaded.insert(key, result.clone());
         result
     }
