@@ -38,7 +38,11 @@ impl Archive {
     pub fn open(data: Bytes) -> Result<Archive, ImportError> {
         // zip 2.x: 9.x rejects some archives torch writes (zip64 end records after large
         // stored entries) with "Invalid Central Directory header".
-        let zip = zip::ZipArchive::new(Cursor::new(data.clone())).map_err(|e| ImportError::Archive(e.to_string()))?;
+        // A zip whose central directory is missing or cut is a damaged file (a copy or
+        // download that stopped early), not a malformed program.
+        let zip = zip::ZipArchive::new(Cursor::new(data.clone())).map_err(|e| {
+            ImportError::Archive(format!("{e}: the file is damaged or incomplete (truncated?); save or copy it again"))
+        })?;
         let mut names = HashMap::new();
         for i in 0..zip.len() {
             if let Some(name) = zip.name_for_index(i) {

@@ -38,6 +38,9 @@ pub enum ImportError {
         #[source]
         source: std::io::Error,
     },
+    /// The input cannot be a program at all (a directory, an empty file).
+    #[error("{0}")]
+    Input(String),
     /// The input is neither a zip archive nor JSON.
     #[error("input is neither a .pt2 zip archive nor torch.export JSON (starts with {0:?})")]
     UnknownFormat(String),

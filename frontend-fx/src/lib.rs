@@ -104,8 +104,15 @@ impl Imported {
 /// Archives are memory-mapped.
 pub fn import_file(path: &Path) -> Result<Imported, ImportError> {
     let io = |source| ImportError::Io { path: path.display().to_string(), source };
+    let shown = path.display().to_string();
+    if path.is_dir() {
+        return Err(ImportError::Input(format!("`{shown}` is a directory; give the .pt2 archive torch.export.save wrote, or a model.json")));
+    }
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Err(ImportError::Input(format!("`{shown}` is empty")));
+    }
     let data = if len == 0 {
         Bytes::new()
     } else {
