@@ -244,7 +244,8 @@ impl TargetArgs {
 
 #[derive(Args)]
 struct CompileArgs {
-    /// The program: a .pt2 archive or a torch.export model.json.
+    /// The program: a .pt2 archive, a torch.export model.json, tpuc IR (.tpuc), or StableHLO
+    /// text from any producer (.mlir: tpuc lower, jax.jit(f).lower(...).as_text(), torch_xla).
     model: PathBuf,
     #[command(flatten)]
     target: TargetArgs,
@@ -552,15 +553,28 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Compile(a) => {
-            let imported = tpuc_driver::import(&a.model)?;
-            if !imported.module.symbols.is_empty() {
-                return compile_buckets(&a, imported);
-            }
-            let options = a.pipeline.options(a.inline_weights, a.target.target);
-            let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
-            report_passes(&lowered, options.pass_timing);
-            let cache = a.target.cache.open();
-            let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?;
+            let compiled = if a.model.extension().is_some_and(|e| e == "mlir") {
+                // StableHLO from any producer (tpuc lower, JAX, torch_xla): compiled as given.
+                let text = std::fs::read_to_string(&a.model)
+                    .map_err(|e| Failure::User(format!("cannot read `{}`: {e}", a.model.display())))?;
+                let req = a.target.request();
+                let label = a.model.display().to_string();
+                let compiled = match a.target.cache.open() {
+                    None => tpuc_driver::exec::compile_stablehlo(&text, &req),
+                    Some(cache) => tpuc_driver::exec::compile_cached(&text, &text, &req, &cache, &label),
+                };
+                compiled.map_err(DriverError::from)?
+            } else {
+                let imported = tpuc_driver::import(&a.model)?;
+                if !imported.module.symbols.is_empty() {
+                    return compile_buckets(&a, imported);
+                }
+                let options = a.pipeline.options(a.inline_weights, a.target.target);
+                let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
+                report_passes(&lowered, options.pass_timing);
+                let cache = a.target.cache.open();
+                compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?
+            };
             if let Some(out) = &a.output {
                 std::fs::write(out, &compiled.serialized)
                     .map_err(|e| Failure::User(format!("cannot write {}: {e}", out.display())))?;
