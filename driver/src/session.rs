@@ -42,6 +42,14 @@ pub struct SessionOptions {
     pub name: String,
     /// For a program with symbolic dims: the bucket (padded size per symbol) to compile.
     pub bucket: Option<crate::dynamic::Sizes>,
+    /// Matmul / convolution precision; `None`: the target's default.
+    pub precision: Option<crate::Precision>,
+    /// Matmuls and convolutions in bf16 with f32 accumulation.
+    pub bf16: bool,
+    /// Drop round trips through narrower float types.
+    pub allow_excess_precision: bool,
+    /// The default pipeline without `fuse`.
+    pub no_fusion: bool,
 }
 
 impl Default for SessionOptions {
@@ -54,6 +62,10 @@ impl Default for SessionOptions {
             verify_each: false,
             name: "graph".to_string(),
             bucket: None,
+            precision: None,
+            bf16: false,
+            allow_excess_precision: false,
+            no_fusion: false,
         }
     }
 }
@@ -113,6 +125,10 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         module_name: None,
         // The pass pipeline for the target (TPU legalization, precision defaults).
         target: options.target,
+        precision: options.precision,
+        bf16: options.bf16,
+        allow_excess_precision: options.allow_excess_precision,
+        no_fusion: options.no_fusion,
         ..Default::default()
     };
     let (mut lowered, size_args, result_layouts) = match &options.bucket {

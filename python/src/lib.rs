@@ -184,7 +184,7 @@ fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAn
 impl Program {
     /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
     #[staticmethod]
-    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None))]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         py: Python<'_>,
@@ -196,10 +196,30 @@ impl Program {
         dump_dir: Option<PathBuf>,
         verify_each: bool,
         bucket: Option<std::collections::BTreeMap<String, i64>>,
+        precision: Option<&str>,
+        bf16: bool,
+        allow_excess_precision: bool,
+        fusion: bool,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
             let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
-            let options = SessionOptions { target, topology, plugin, dump_dir, verify_each, name: name.to_string(), bucket };
+            let precision = match precision {
+                None => None,
+                Some(p) => Some(p.parse().map_err(|e| tpuc_error(py, format!("tpuc: precision: {e}"), "options", None, None))?),
+            };
+            let options = SessionOptions {
+                target,
+                topology,
+                plugin,
+                dump_dir,
+                verify_each,
+                name: name.to_string(),
+                bucket,
+                precision,
+                bf16,
+                allow_excess_precision,
+                no_fusion: !fusion,
+            };
             let bytes = program.as_bytes().to_vec();
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| session::compile(bytes, &options))));
             let compiled = match result {

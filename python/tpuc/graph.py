@@ -103,6 +103,8 @@ class CompiledGraph:
         self.program = _C.Program.compile(
             program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
             dump_dir=opts.dump_dir, verify_each=opts.verify_each, bucket=bucket,
+            precision=opts.matmul_precision(), bf16=opts.bf16, allow_excess_precision=opts.allow_excess_precision,
+            fusion=opts.fusion,
         )
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket

@@ -10,6 +10,10 @@ else defaults.
 | dump_dir | TPUC_DUMP_DIR | - | write every graph (FX, JSON, IR per pass, StableHLO, summary) here |
 | debug | TPUC_DEBUG | 0 | log every compile (with its cache source) to stderr |
 | verify_each | TPUC_VERIFY_EACH | 0 | verify the IR after every pass |
+| precision | TPUC_PRECISION | from torch | matmul/convolution precision: `default` (TPU: one bf16 pass), `high` (3 passes), `highest` (6; f32 accuracy); unset: `torch.get_float32_matmul_precision()` (`highest` → highest, `high` → high, `medium` → default), except that on the TPU target torch's untouched `highest` means TPU's `default` (TorchTPU's bf16-pass default), so set `precision="highest"` or `high` to ask for more |
+| bf16 | TPUC_BF16 | 0 | matmuls and convolutions in bf16 with f32 accumulation |
+| allow_excess_precision | TPUC_ALLOW_EXCESS_PRECISION | 0 | drop round trips through narrower float types |
+| fusion | TPUC_FUSION | 1 | composites for attention, norms, GELU, RoPE, SwiGLU (0: plain ops) |
 | no_recompile | TPUC_NO_RECOMPILE | 0 | after `tpuc.warmup(...)`, any compile raises (naming the graph and bucket) |
 | buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
 | cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
@@ -40,6 +44,10 @@ class Options:
     verify_each: bool = False
     buckets: str = "auto"
     no_recompile: bool = False
+    precision: str | None = None
+    bf16: bool = False
+    allow_excess_precision: bool = False
+    fusion: bool = True
     # TPUC_CACHE_* settings given as options (name without the TPUC_ prefix, lower case).
     cache: tuple[tuple[str, str], ...] = ()
 
@@ -62,7 +70,7 @@ class Options:
             else:
                 known = ", ".join(sorted(fields | {"cache_tier2", "cache_tier2_root", "cache_tier3_root", "..."}))
                 raise ValueError(f"tpuc: unknown option {key!r} (known: {known})")
-        for name in ("strict", "debug", "verify_each", "no_recompile"):
+        for name in ("strict", "debug", "verify_each", "no_recompile", "bf16", "allow_excess_precision", "fusion"):
             if name in values:
                 values[name] = _as_bool(name, values[name])
         if "target" in values:
@@ -80,6 +88,12 @@ class Options:
                     _C.select_bucket(values["buckets"], 1, 1)
                 except Exception as e:
                     raise ValueError(f"tpuc: option buckets={b!r}: {e}") from None
+        if "precision" in values:
+            p = values["precision"]
+            p = None if p in ("", None) else str(p).strip().lower()
+            if p not in (None, "default", "high", "highest"):
+                raise ValueError(f"tpuc: option precision={values['precision']!r}: expected 'default', 'high' or 'highest'")
+            values["precision"] = p
         for name in ("topology", "plugin", "dump_dir"):
             if name in values and values[name] in ("", None):
                 values[name] = None
@@ -91,6 +105,21 @@ class Options:
         if opts.target == "cpu" and opts.topology:
             raise ValueError("tpuc: topology applies to target='tpu' only")
         return opts
+
+    def matmul_precision(self) -> str | None:
+        """The precision to compile with: the `precision` option, else torch's global
+        `torch.get_float32_matmul_precision()` (`highest` -> highest, `high` -> high, `medium` ->
+        default). On the TPU target torch's untouched `highest` cannot be told from a choice and
+        means TPU's `default` (one bf16 pass, as TorchTPU does); None there lets the pipeline
+        use the target's default."""
+        if self.precision is not None:
+            return self.precision
+        import torch
+
+        p = torch.get_float32_matmul_precision()
+        if self.target == "tpu" and p == "highest":
+            return None
+        return {"highest": "highest", "high": "high", "medium": "default"}.get(p)
 
     def plugin_path(self) -> str | None:
         """The plugin file: the `plugin` option, else the target's `TPUC_PJRT_*_PLUGIN`, else the

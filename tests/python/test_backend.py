@@ -671,3 +671,61 @@ def test_flash_attention_called_directly_trains_like_eager():
         grads.append([a.grad for a in args])
     for g, w in zip(*grads):
         assert torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def _stablehlo_of(tmp_path, model, x, **options):
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="tpuc", options=dict(options, dump_dir=str(tmp_path)))
+    with torch.no_grad():
+        compiled(x)
+    import glob
+    import os
+
+    path = max(glob.glob(os.path.join(str(tmp_path), "*", "module.stablehlo.mlir")), key=os.path.getmtime)
+    with open(path) as f:
+        return f.read()
+
+
+def test_precision_follows_torch_unless_an_option_says_otherwise(tmp_path):
+    model, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
+    saved = torch.get_float32_matmul_precision()
+    try:
+        assert "precision = [HIGHEST, HIGHEST]" in _stablehlo_of(tmp_path / "a", model, x)
+        torch.set_float32_matmul_precision("medium")
+        text = _stablehlo_of(tmp_path / "b", model, x)
+        assert "HIGHEST" not in text and "precision = [DEFAULT, DEFAULT]" in text
+        torch.set_float32_matmul_precision("high")
+        assert "precision = [HIGH, HIGH]" in _stablehlo_of(tmp_path / "c", model, x)
+        assert "precision = [HIGHEST, HIGHEST]" in _stablehlo_of(tmp_path / "d", model, x, precision="highest")
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def test_tpu_target_reads_torchs_untouched_highest_as_tpu_default():
+    from tpuc.options import Options
+
+    saved = torch.get_float32_matmul_precision()
+    try:
+        tpu = Options.resolve({"target": "tpu", "topology": "v5e:2x2"})
+        torch.set_float32_matmul_precision("highest")
+        assert tpu.matmul_precision() is None  # the TPU pipeline's default: one bf16 pass
+        torch.set_float32_matmul_precision("high")
+        assert tpu.matmul_precision() == "high"
+        assert Options.resolve({"target": "tpu", "topology": "v5e:2x2", "precision": "highest"}).matmul_precision() == "highest"
+        assert Options.resolve({}, env={"TPUC_PRECISION": "default"}).matmul_precision() == "default"
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    with pytest.raises(ValueError, match="precision"):
+        Options.resolve({"precision": "bf17"})
+
+
+def test_fusion_bf16_and_excess_precision_options(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(approximate="tanh"))
+    x = torch.randn(4, 16)
+    assert "stablehlo.composite" in _stablehlo_of(tmp_path / "a", model, x)
+    assert "stablehlo.composite" not in _stablehlo_of(tmp_path / "b", model, x, fusion=False)
+    text = _stablehlo_of(tmp_path / "c", model, x, bf16=True)
+    assert "bf16" in text
+    compiled = torch.compile(model, backend="tpuc", options={"bf16": True, "allow_excess_precision": True})
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), atol=3e-2, rtol=3e-2)
