@@ -9,6 +9,7 @@ cd "$root"
 scripts/setup.sh
 cargo build --release -p tpuc-tools --bin tpuc
 tpuc=target/release/tpuc
+echo "== the binary: $root/$tpuc (cargo install --path tools puts it on PATH)"
 model=tests/fixtures/gpt2_block/export.pt2
 mkdir -p target/demo
 echo "== tpuc import $model (first lines)"
@@ -22,4 +23,4 @@ echo "== tpuc run $model on the XLA CPU plugin, compared with PyTorch eager"
 "$tpuc" run "$model" --inputs tests/fixtures/gpt2_block/input_0.npy \
   --expect tests/fixtures/gpt2_block/expected_0.npy --rtol 1e-4 --atol 1e-5
 echo "== tpuc compile $model --target tpu --topology v5e:2x2 (no TPU needed)"
-"$tpuc" compile "$model" --target tpu --topology v5e:2x2 -o target/demo/gpt2_block.v5e.xla 2>/dev/null
+"$tpuc" compile "$model" --target tpu --topology v5e:2x2 -o target/demo/gpt2_block.v5e.xla

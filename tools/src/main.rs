@@ -73,7 +73,7 @@ enum CacheCommand {
 #[derive(Args)]
 struct CacheOnly {
     #[command(flatten)]
-    cache: CacheArgs,
+    cache: CacheLocation,
 }
 
 #[derive(Args)]
@@ -82,7 +82,7 @@ struct CacheTier {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=3))]
     tier: Option<u32>,
     #[command(flatten)]
-    cache: CacheArgs,
+    cache: CacheLocation,
 }
 
 #[derive(Args)]
@@ -177,12 +177,9 @@ struct TargetArgs {
     cache: CacheArgs,
 }
 
-/// Compilation cache settings (the TPUC_CACHE_* environment variables set the same).
+/// Which cache tiers to use (the TPUC_CACHE_* environment variables set the same).
 #[derive(Args, Clone)]
-struct CacheArgs {
-    /// Compile without the cache.
-    #[arg(long)]
-    no_cache: bool,
+struct CacheLocation {
     /// Share executables between processes on this host under /dev/shm/tpuc/NAME
     /// (TPUC_CACHE_TIER2).
     #[arg(long, value_name = "NAME")]
@@ -192,11 +189,8 @@ struct CacheArgs {
     cache_tier3: Option<String>,
 }
 
-impl CacheArgs {
-    fn open(&self) -> Option<tpuc_driver::exec::Cache> {
-        if self.no_cache {
-            return None;
-        }
+impl CacheLocation {
+    fn open(&self) -> tpuc_driver::exec::Cache {
         let mut config = tpuc_cache::CacheConfig::from_env();
         if let Some(name) = &self.cache_tier2 {
             let mut t2 = tpuc_cache::Tier2Config::new(name.clone());
@@ -208,7 +202,23 @@ impl CacheArgs {
         if let Some(root) = &self.cache_tier3 {
             config.tier3 = Some(tpuc_cache::Tier3Config::new(root.clone()));
         }
-        Some(tpuc_cache::Cache::new(config))
+        tpuc_cache::Cache::new(config)
+    }
+}
+
+/// Compilation cache settings of the commands that compile.
+#[derive(Args, Clone)]
+struct CacheArgs {
+    /// Compile without the cache.
+    #[arg(long)]
+    no_cache: bool,
+    #[command(flatten)]
+    location: CacheLocation,
+}
+
+impl CacheArgs {
+    fn open(&self) -> Option<tpuc_driver::exec::Cache> {
+        (!self.no_cache).then(|| self.location.open())
     }
 }
 
@@ -871,11 +881,7 @@ fn write_output(path: Option<&std::path::Path>, text: &str) -> Result<(), Failur
 }
 
 fn cache_command(c: CacheCommand) -> Result<(), Failure> {
-    let open = |args: &CacheArgs| {
-        let mut args = args.clone();
-        args.no_cache = false;
-        args.open().expect("cache enabled")
-    };
+    let open = |args: &CacheLocation| args.open();
     let tier = |n: Option<u32>| n.and_then(tpuc_cache::Tier::from_number);
     match c {
         CacheCommand::Stats(a) => {
@@ -930,7 +936,7 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
         CacheCommand::Explain(a) => {
             let options = a.pipeline.options(a.inline_weights, a.target.target);
             let imported = tpuc_driver::import(&a.model)?;
-            let cache = open(&a.target.cache);
+            let cache = open(&a.target.cache.location);
             if imported.module.symbols.is_empty() {
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
