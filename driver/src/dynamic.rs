@@ -22,14 +22,10 @@ pub type Sizes = BTreeMap<String, i64>;
 
 /// The user-input arguments of `main` (no weights, no `symint`s), with their types.
 pub fn user_input_types(module: &Module) -> Vec<(String, TensorType)> {
-    let Some(f) = module.main_func() else { return Vec::new() };
-    let entry = module.entry_block(f);
-    module.blocks[entry]
-        .args
-        .iter()
-        .zip(&f.args)
-        .filter(|(_, info)| !info.kind.is_weight() && info.kind != ArgKind::SymInt)
-        .map(|(&v, info)| (info.name.clone(), module.values[v].ty.clone()))
+    crate::exec::arg_specs(module)
+        .into_iter()
+        .filter(|a| !a.kind.is_weight() && a.kind != ArgKind::SymInt)
+        .map(|a| (a.name, a.ty))
         .collect()
 }
 
@@ -168,27 +164,41 @@ pub fn pad_input(t: &HostTensor, padded: &[i64], fill: Option<f64>) -> HostTenso
     HostTensor { dtype: t.dtype, dims: padded.to_vec(), bytes }
 }
 
-/// The valid part of a padded result with layout `layout`, for real sizes `sizes`.
-pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTensor, ExecError> {
-    if layout.iter().all(|l| matches!(l, DimLayout::Exact)) {
-        return Ok(t.clone());
-    }
-    let mut fdims = Vec::new();
-    let mut region = Vec::new();
-    let mut out_dims = Vec::new();
-    for (l, &p) in layout.iter().zip(&t.dims) {
-        let mut real = 1;
+/// Per padded dim of a result of shape `dims` with layout `layout`, its factors as (padded,
+/// valid) pairs for real sizes `sizes`, outer to inner (`(n, n)` for a dim not padded).
+pub fn cuts(layout: &Layout, dims: &[i64], sizes: &Sizes) -> Result<Vec<(i64, i64)>, ExecError> {
+    let mut out = Vec::with_capacity(dims.len());
+    for (d, &p) in dims.iter().enumerate() {
+        let Some(l) = layout.get(d) else {
+            out.push((p, p));
+            continue;
+        };
         for f in l.factors(p) {
             let e = f
                 .extent
                 .eval(&|s| sizes.get(s).copied())
                 .ok_or_else(|| ExecError::BadInput(format!("no size for `{}`", f.extent)))?;
-            let e = e.clamp(0, f.padded);
-            fdims.push(f.padded);
-            region.push(e);
-            real *= e;
+            out.push((f.padded, e.clamp(0, f.padded)));
         }
-        out_dims.push(real);
+    }
+    Ok(out)
+}
+
+/// The valid part of a padded result with layout `layout`, for real sizes `sizes`.
+pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTensor, ExecError> {
+    if layout.iter().all(|l| matches!(l, DimLayout::Exact)) {
+        return Ok(t.clone());
+    }
+    let cuts = cuts(layout, &t.dims, sizes)?;
+    let fdims: Vec<i64> = cuts.iter().map(|&(p, _)| p).collect();
+    let region: Vec<i64> = cuts.iter().map(|&(_, v)| v).collect();
+    // Each dim's real length is the product of its factors' valid lengths.
+    let mut out_dims = Vec::with_capacity(t.dims.len());
+    let mut k = 0;
+    for (l, &p) in layout.iter().zip(&t.dims) {
+        let n = l.factors(p).len();
+        out_dims.push(region[k..k + n].iter().product());
+        k += n;
     }
     let esz = t.dtype.size_bytes();
     let count: i64 = out_dims.iter().product();

@@ -509,13 +509,13 @@ pub fn element_type(d: DType) -> rt::ElementType {
 }
 
 /// One argument of `main` as `run` needs it.
-struct ArgSpec {
-    name: String,
-    kind: ArgKind,
-    ty: TensorType,
+pub(crate) struct ArgSpec {
+    pub(crate) name: String,
+    pub(crate) kind: ArgKind,
+    pub(crate) ty: TensorType,
 }
 
-fn arg_specs(module: &Module) -> Vec<ArgSpec> {
+pub(crate) fn arg_specs(module: &Module) -> Vec<ArgSpec> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
     module.blocks[entry]

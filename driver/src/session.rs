@@ -297,26 +297,15 @@ impl Program {
     /// its factors as (padded, valid) pairs, outer to inner (one `(n, n)` pair for a dim
     /// that is not padded). Cutting each factor to its valid length gives the real result.
     pub fn result_cuts(&self, sizes: &crate::dynamic::Sizes) -> Result<Vec<Vec<(i64, i64)>>, ExecError> {
-        let mut out = Vec::with_capacity(self.results.len());
-        for (k, ty) in self.results.iter().enumerate() {
-            let dims = ty.static_dims().unwrap_or_default();
-            let mut cuts = Vec::new();
-            for (d, &p) in dims.iter().enumerate() {
-                match self.result_layouts.get(k).and_then(|l| l.get(d)) {
-                    None => cuts.push((p, p)),
-                    Some(l) => {
-                        for f in l.factors(p) {
-                            let e = f.extent.eval(&|s| sizes.get(s).copied()).ok_or_else(|| {
-                                ExecError::BadInput(format!("{}: no size for `{}`", self.name, f.extent))
-                            })?;
-                            cuts.push((f.padded, e.clamp(0, f.padded)));
-                        }
-                    }
-                }
-            }
-            out.push(cuts);
-        }
-        Ok(out)
+        let none = Vec::new();
+        self.results
+            .iter()
+            .enumerate()
+            .map(|(k, ty)| {
+                let layout = self.result_layouts.get(k).unwrap_or(&none);
+                crate::dynamic::cuts(layout, &ty.static_dims().unwrap_or_default(), sizes)
+            })
+            .collect()
     }
 
     /// True when weight `arg` has a resident value.

@@ -280,6 +280,11 @@ impl<'a> Sp<'a> {
         e.eval(&|s| self.sizes.get(s).copied())
     }
 
+    /// The layout of a dim of size `e` whose valid part is a prefix, padded to `e` at the bucket.
+    fn prefix_of(&self, e: SymExpr) -> DimLayout {
+        prefix(self.eval(&e).unwrap_or(0), e)
+    }
+
     fn spec_type(&self, ty: &TensorType) -> R<TensorType> {
         let mut dims = Vec::with_capacity(ty.rank());
         for d in &ty.dims {
@@ -376,7 +381,7 @@ impl<'a> Sp<'a> {
                     .enumerate()
                     .map(|(i, e)| match e {
                         None => DimLayout::Exact,
-                        Some(e) if i == dim => prefix(self.eval(&e).unwrap_or(0), e),
+                        Some(e) if i == dim => self.prefix_of(e),
                         Some(e) => DimLayout::Uniform(e),
                     })
                     .collect();
@@ -477,7 +482,7 @@ impl<'a> Sp<'a> {
                     l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
                         (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
                         (x, Some(e)) => match x.prefix_extent() {
-                            Some(_) => prefix(self.eval(&e).unwrap_or(0), e),
+                            Some(_) => self.prefix_of(e),
                             None => return Err(self.not_prefix("joins", d.operands[last], dim)),
                         },
                     };
@@ -511,7 +516,7 @@ impl<'a> Sp<'a> {
                     mask_dims.push(i);
                     let _ = lo;
                     let e = dims[i].clone().unwrap_or_default();
-                    l[i] = prefix(self.eval(&e).unwrap_or(0), e);
+                    l[i] = self.prefix_of(e);
                 }
                 let x = self.mask(ins[0], &lays[0], &mask_dims, Fill::Value(ins[1]))?;
                 (vec![x, ins[1]], vec![l])
@@ -597,7 +602,7 @@ impl<'a> Sp<'a> {
                     l.push(match &lays[0][i] {
                         DimLayout::Exact => DimLayout::Exact,
                         x if x.prefix_extent().is_some() => match &dims[i] {
-                            Some(e) => prefix(self.eval(e).unwrap_or(0), e.clone()),
+                            Some(e) => self.prefix_of(e.clone()),
                             None => DimLayout::Exact,
                         },
                         _ => return Err(self.not_prefix("uses", d.operands[0], i)),
@@ -665,7 +670,7 @@ impl<'a> Sp<'a> {
                     }
                     mask_dims.push(i);
                     l.push(match &dims[i] {
-                        Some(e) => prefix(self.eval(e).unwrap_or(0), e.clone()),
+                        Some(e) => self.prefix_of(e.clone()),
                         None => DimLayout::Exact,
                     });
                 }
