@@ -81,6 +81,8 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
         log.debug("mode=%r is ignored by tpuc", kwargs["mode"])
     STATS["dynamo_graphs"] += 1
     from torch._decomp import core_aten_decompositions
+
+    from .decompositions import extra_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -91,6 +93,8 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
     # backward's q/k/v gradients are wrong. tpuc lowers the op itself, so it is kept whole.
     decompositions = core_aten_decompositions()
     decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    # Inference fast paths of nn.TransformerEncoderLayer / nn.MultiheadAttention (fused ops).
+    decompositions.update(extra_decompositions())
     aot = aot_autograd(
         fw_compiler=lambda g, ex: state.compile(g, ex, "forward"),
         bw_compiler=lambda g, ex: state.compile(g, ex, "backward"),

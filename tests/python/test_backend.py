@@ -655,6 +655,49 @@ def test_flash_attention_logsumexp_has_its_eager_shape_and_values():
         assert torch.allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("masks", ["none", "padding", "causal"])
+def test_transformer_encoder_layer_fast_path_compiles_whole(norm_first, activation, masks):
+    """nn.TransformerEncoderLayer in inference takes torch's fused fast path
+    (`aten._transformer_encoder_layer_fwd`); strict mode proves it compiles with no eager op,
+    including the padding mask, whose fully masked rows must not become NaN."""
+    import tpuc
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=norm_first,
+                                             activation=activation).eval()
+    x = torch.randn(2, 5, 32)
+    kw = {}
+    if masks == "padding":
+        kw["src_key_padding_mask"] = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    elif masks == "causal":
+        kw["src_mask"] = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    seen = []
+
+    def spy(gm, ex):
+        seen.extend(str(n.target) for n in gm.graph.nodes)
+        return tpuc.tpuc_backend(gm, ex, options={"strict": True})
+
+    with torch.no_grad():
+        want = layer(x, **kw)
+        got = torch.compile(layer, backend=spy)(x, **kw)
+    if masks != "padding":  # a padding mask makes eager take nested tensors instead of the fused op
+        assert any("_transformer_encoder_layer_fwd" in t for t in seen), seen
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_multihead_attention_fast_path_compiles_whole():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = mha(x, x, x)
+        got = torch.compile(mha, backend="tpuc", options={"strict": True})(x, x, x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_flash_attention_called_directly_trains_like_eager():
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 

@@ -1,0 +1,94 @@
+"""Decompositions tpuc adds to core ATen's, for fused CPU kernels that torch does not decompose.
+
+`nn.TransformerEncoderLayer` and `nn.MultiheadAttention` take PyTorch's "fast path" in inference
+(`eval()` under `no_grad`): one fused op, `aten._transformer_encoder_layer_fwd` or
+`aten._native_multi_head_attention`, which core ATen has no decomposition for. Written here in
+the ops they are made of (linear, layer norm, masked softmax attention, GELU/ReLU), following
+the kernels' semantics (aten/src/ATen/native/transformers): a mask is "masked where nonzero"
+(the module passes additive float masks, the kernel converts them to bool), its `mask_type`
+says its layout (0: `[L, L]`, 1: key padding `[B, L]`, 2: broadcastable to `[B, H, L, L]`),
+and a fully masked row of attention weights is zero.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+aten = torch.ops.aten
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, mask_type: int | None) -> torch.Tensor:
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    masked = mask if mask.dtype == torch.bool else mask != 0
+    b, h, lq, lk = scores.shape
+    if mask_type == 1:  # key padding [B, Lk]
+        masked = masked.reshape(b, 1, 1, lk)
+    elif mask_type == 0:  # [Lq, Lk]
+        masked = masked.reshape(1, 1, lq, lk)
+    masked = masked.expand(b, h, lq, lk)
+    s = scores.masked_fill(masked, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    # A row with every key masked is zero (softmax alone would make it NaN).
+    return p.masked_fill(masked.all(dim=-1, keepdim=True), 0.0)
+
+
+def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+                                proj_bias, mask=None, need_weights=True, average_attn_weights=True,
+                                mask_type=None):
+    b, lq, e = query.shape
+    d = embed_dim // num_head
+    if query is key and key is value:
+        q, k, v = F.linear(query, qkv_weight, qkv_bias).chunk(3, dim=-1)
+    else:
+        wq, wk, wv = qkv_weight.chunk(3, dim=0)
+        bq, bk, bv = qkv_bias.chunk(3, dim=0)
+        q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+
+    def heads(t):
+        return t.reshape(t.shape[0], t.shape[1], num_head, d).transpose(1, 2)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    scores = torch.matmul(q / math.sqrt(d), k.transpose(-2, -1))
+    p = _masked_softmax(scores, mask, mask_type)
+    out = torch.matmul(p, v).transpose(1, 2).reshape(b, lq, e)
+    out = F.linear(out, proj_weight, proj_bias)
+    if not need_weights:
+        return out, torch.empty(0, dtype=query.dtype, device=query.device)
+    weights = p.mean(dim=1) if average_attn_weights else p
+    return out, weights
+
+
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                  use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                  norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                  mask_type=None):
+    def norm(t, w, b):
+        return F.layer_norm(t, (embed_dim,), w, b, eps)
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                    mask, False, True, mask_type)[0]
+    x = x + src
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    h = F.linear(x, ffn_weight_1, ffn_bias_1)
+    h = F.gelu(h) if use_gelu else F.relu(h)
+    x = F.linear(h, ffn_weight_2, ffn_bias_2) + residual
+    if not norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    return x
+
+
+def extra_decompositions() -> dict:
+    """The table entries tpuc adds (op overload -> Python decomposition)."""
+    return {
+        aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
+        aten._native_multi_head_attention.default: native_multi_head_attention,
+    }
