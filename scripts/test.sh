@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run all tests: setup, cargo build, cargo tests, lit tests, verifier self-test, the Python
-# package (built with maturin into .venv) and its pytest suite.
+# package (built with maturin into .venv), its pytest suite and the OpInfo suite.
 # Exits non-zero on the first failure. Extra env:
 #   TPUC_BIN          tpuc binary for lit (default: <target>/debug/tpuc)
 #   CARGO_TARGET_DIR  honoured as cargo does
@@ -65,6 +65,14 @@ set -e
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
 [ "$rc" -ne 5 ] || { echo "pytest collected no tests in tests/python" >&2; exit 1; }
 [ "$rc" -eq 0 ] || exit "$rc"
+
+# PyTorch's OpInfo suite through torch.compile: fails when an entry recorded as passing in
+# tests/opinfo/expected_<dtype>.json stops passing (docs/opinfo.md is the table).
+for dtype in float32 int64; do
+  current="opinfo suite ($dtype)"
+  step "tests/opinfo/run.py --dtype $dtype --check"
+  "$ROOT/.venv/bin/python" "$ROOT/tests/opinfo/run.py" --dtype "$dtype" --check
+done
 
 current=""
 step "all tests passed ($((SECONDS - started)) s)"

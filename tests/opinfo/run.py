@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""PyTorch's OpInfo suite through `torch.compile(backend="tpuc")`, compared with eager.
+
+Every OpInfo of `torch.testing._internal.common_methods_invocations.op_db` that supports the
+dtype on CPU (float32, and int64 with `--dtype int64`) runs its first samples as
+
+    torch.compile(f, backend="tpuc", fullgraph=True, options={"strict": True})(*tensors)
+
+where `f` calls the op on the sample with every tensor of the sample as a graph input (the
+other arguments are constants of the graph). The results are compared with eager PyTorch on
+the same inputs: atol 1e-3 / rtol 1e-5 with NaNs equal, dtypes and shapes exact; random ops by
+shape and dtype only; sort-like ops by their values (index outputs may differ on ties).
+
+Each entry (`name` or `name.variant`) ends as one of:
+  pass      every sample compiled and equals eager
+  wrong     a sample compiled, ran and differs from eager
+  refused   tpuc refused an ATen op (the `ops` list names them)
+  error     anything else tpuc raised (compile, run or shape errors; `message`)
+  crash     the worker process died or hung on it
+  excluded  aot_eager cannot compile it either (Dynamo / AOTAutograd limits), or it has no
+            samples: not counted
+
+Usage:
+  run.py [--dtype float32|int64] [--jobs N] [--samples K] [--only a,b] [--out results.jsonl]
+         [--update] [--check]
+
+  --update  rewrites tests/opinfo/expected_<dtype>.json (entry -> status, why) from this run
+            and the coverage table docs/opinfo.md from both dtypes' records.
+  --check   fails (exit 1) when an entry that passes in expected_<dtype>.json does not pass
+            now, or the pass rate is below the one recorded there; entries that newly pass
+            are listed (run --update to record them).
+
+Workers are subprocesses (`--jobs`, default the CPU count) fed one entry at a time; an entry
+that kills its worker or runs past --timeout seconds is recorded as `crash` and a new worker
+takes the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DOC = os.path.join(ROOT, "docs", "opinfo.md")
+
+# Ops whose results are random: compared by shape and dtype only.
+RANDOM = {
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
+    "rand_like", "randint_like", "randn_like", "randint", "randn", "rand", "uniform",
+    "nn.functional.alpha_dropout", "nn.functional.dropout", "nn.functional.dropout2d",
+    "nn.functional.dropout3d", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
+    "torch.empty", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "empty_permuted",
+}
+# Ops returning (values, indices) or indices where ties make indices implementation-defined:
+# only floating / value outputs are compared.
+SORT_LIKE = {
+    "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "max.reduction_with_dim",
+    "min.reduction_with_dim", "cummax", "cummin", "nn.functional.max_pool1d", "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d", "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d",
+    "nn.functional.adaptive_max_pool3d", "argmax", "argmin",
+}
+STATUSES = ("pass", "wrong", "refused", "error", "crash", "excluded")
+
+
+def entry_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def eligible(dtype_name: str):
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    dtype = getattr(torch, dtype_name)
+    return [op for op in op_db if dtype in op.supported_dtypes("cpu")]
+
+
+# ---------------------------------------------------------------------------------------------
+# One entry, in a worker.
+
+
+def _graph_fn(op, sample):
+    """(f, tensors): f(*tensors) calls the op on the sample with its tensors as inputs."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    idx = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    tensors = [leaves[i] for i in idx]
+
+    def f(*ts):
+        filled = list(leaves)
+        for i, t in zip(idx, ts):
+            filled[i] = t
+        inp, args, kwargs = pytree.tree_unflatten(filled, spec)
+        return op.op(inp, *args, **kwargs)
+
+    return f, tensors
+
+
+def _compare(name: str, want, got) -> str | None:
+    """None when `got` matches eager's `want` under the suite's rules, else why not."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    wl, ws = pytree.tree_flatten(want)
+    gl, gs = pytree.tree_flatten(got)
+    if ws != gs:
+        return f"result structure {gs} != eager's {ws}"
+    for k, (w, g) in enumerate(zip(wl, gl)):
+        where = f"output {k}" if len(wl) > 1 else "output"
+        if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):
+            return f"{where}: {type(g).__name__} != eager's {type(w).__name__}"
+        if not isinstance(w, torch.Tensor):
+            if w != g and not (isinstance(w, float) and isinstance(g, float) and abs(w - g) <= 1e-3 + 1e-5 * abs(w)):
+                return f"{where}: {g!r} != eager's {w!r}"
+            continue
+        if g.dtype != w.dtype:
+            return f"{where}: dtype {g.dtype} != eager's {w.dtype}"
+        if g.shape != w.shape:
+            return f"{where}: shape {list(g.shape)} != eager's {list(w.shape)}"
+        if name in RANDOM:
+            continue
+        if name in SORT_LIKE and not (w.dtype.is_floating_point or w.dtype.is_complex) and len(wl) > 1:
+            continue
+        try:
+            torch.testing.assert_close(g.detach().cpu(), w.detach().cpu(), atol=1e-3, rtol=1e-5, equal_nan=True,
+                                       check_stride=False, check_device=False)
+        except AssertionError as e:
+            return f"{where}: " + " ".join(str(e).split())[:300]
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _aot_eager_ok(f, tensors) -> bool:
+    import torch
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(f, backend="aot_eager", fullgraph=True)(*[t.clone() for t in tensors])
+        return True
+    except Exception:
+        return False
+
+
+def run_entry(op, dtype_name: str, samples: int) -> dict:
+    import torch
+
+    import tpuc
+
+    name = entry_name(op)
+    dtype = getattr(torch, dtype_name)
+    torch.manual_seed(0)
+    try:
+        got_samples = []
+        for s in op.sample_inputs("cpu", dtype, requires_grad=False):
+            got_samples.append(s)
+            if len(got_samples) == samples:
+                break
+    except Exception as e:
+        return {"entry": name, "status": "excluded", "message": f"sample inputs: {_first_line(e)}"}
+    if not got_samples:
+        return {"entry": name, "status": "excluded", "message": "no samples"}
+    for si, sample in enumerate(got_samples):
+        f, tensors = _graph_fn(op, sample)
+        try:
+            torch.manual_seed(si)
+            want = f(*[t.clone() for t in tensors])
+        except Exception as e:
+            return {"entry": name, "status": "excluded", "message": f"eager: {_first_line(e)}"}
+        torch._dynamo.reset()
+        try:
+            torch.manual_seed(si)
+            got = torch.compile(f, backend="tpuc", fullgraph=True, options={"strict": True})(*[t.clone() for t in tensors])
+        except Exception as e:
+            if not _aot_eager_ok(f, tensors):
+                return {"entry": name, "status": "excluded", "message": f"aot_eager fails too: {_first_line(e)}"}
+            cause = e
+            while not isinstance(cause, tpuc.TpucError):
+                inner = getattr(cause, "inner_exception", None) or cause.__cause__
+                if inner is None:
+                    break
+                cause = inner
+            if isinstance(cause, tpuc.TpucUnsupportedError):
+                ops = sorted({n.get("target") or "?" for n in cause.nodes}) or ["?"]
+                return {"entry": name, "status": "refused", "ops": ops, "sample": si}
+            return {"entry": name, "status": "error", "message": _first_line(cause), "sample": si}
+        why = _compare(name, want, got)
+        if why is not None:
+            return {"entry": name, "status": "wrong", "message": why, "sample": si}
+    return {"entry": name, "status": "pass"}
+
+
+def worker(args) -> int:
+    """Runs the entries named on stdin, one per line, appending each result to --out."""
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    by_name = {entry_name(op): op for op in eligible(args.dtype)}
+    with open(args.out, "a") as out:
+        out.write(json.dumps({"ready": True}) + "\n")
+        out.flush()
+        for line in sys.stdin:
+            n = line.strip()
+            if not n:
+                continue
+            t0 = time.perf_counter()
+            try:
+                r = run_entry(by_name[n], args.dtype, args.samples)
+            except Exception as e:
+                r = {"entry": n, "status": "error", "message": "harness: " + _first_line(e),
+                     "trace": traceback.format_exc()[-2000:]}
+            r["seconds"] = round(time.perf_counter() - t0, 2)
+            out.write(json.dumps(r) + "\n")
+            out.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The coordinator.
+
+
+class Worker:
+    """A worker process fed one entry at a time; its results arrive in a JSON-lines file."""
+
+    def __init__(self, dtype: str, samples: int, path: str, env: dict):
+        self.path = path
+        open(path, "w").close()
+        self.err = open(path + ".err", "w")
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--out", path,
+                                   "--dtype", dtype, "--samples", str(samples)],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.err,
+                                  text=True)
+        self.pos = 0
+        self.current: str | None = None
+        self.since = time.monotonic()
+
+    def give(self, name: str) -> None:
+        self.current, self.since = name, time.monotonic()
+        self.p.stdin.write(name + "\n")
+        self.p.stdin.flush()
+
+    def results(self) -> list[dict]:
+        with open(self.path) as fh:
+            fh.seek(self.pos)
+            text = fh.read()
+        done = text[: text.rfind("\n") + 1]
+        self.pos += len(done.encode())
+        out = [json.loads(line) for line in done.splitlines() if line.strip()]
+        return [r for r in out if "entry" in r]
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        self.err.close()
+
+    def last_error(self) -> str:
+        lines = open(self.path + ".err").read().strip().splitlines()
+        return lines[-1][:200] if lines else ""
+
+
+def run_all(dtype: str, names: list[str], jobs: int, samples: int, timeout: float) -> dict[str, dict]:
+    """Runs `names` over `jobs` worker processes; an entry that kills or hangs its worker is
+    recorded as `crash` and the worker is replaced."""
+    todo = list(reversed(names))
+    results: dict[str, dict] = {}
+    tmp = tempfile.mkdtemp(prefix="tpuc-opinfo-")
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("TPUC_") and not k.startswith("TPUC_PJRT"))}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    serial = 0
+
+    def spawn() -> Worker:
+        nonlocal serial
+        serial += 1
+        return Worker(dtype, samples, os.path.join(tmp, f"w{serial}.jsonl"), env)
+
+    workers = [spawn() for _ in range(min(jobs, len(names)))]
+    shown = -1
+    while len(results) < len(names):
+        for k, w in enumerate(workers):
+            for r in w.results():
+                results[r["entry"]] = r
+                if r["entry"] == w.current:
+                    w.current = None
+            dead = w.p.poll() is not None
+            hung = w.current is not None and time.monotonic() - w.since > timeout
+            if dead or hung:
+                if w.current is not None and w.current not in results:
+                    why = f"no result after {timeout:.0f} s" if hung else f"worker exited with {w.p.returncode}: {w.last_error()}"
+                    results[w.current] = {"entry": w.current, "status": "crash", "message": why}
+                w.stop()
+                workers[k] = w = spawn()
+            if w.current is None and todo:
+                w.give(todo.pop())
+        if len(results) != shown and sys.stderr.isatty():
+            shown = len(results)
+            print(f"\r  {shown}/{len(names)} entries", end="", file=sys.stderr, flush=True)
+        time.sleep(0.05)
+    for w in workers:
+        w.p.stdin.close()
+        w.stop()
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    return results
+
+
+def summary(results: dict[str, dict]) -> dict:
+    counts = {s: 0 for s in STATUSES}
+    for r in results.values():
+        counts[r["status"]] += 1
+    counted = sum(counts.values()) - counts["excluded"]
+    counts["eligible"] = counted
+    counts["rate"] = round(100.0 * counts["pass"] / counted, 1) if counted else 0.0
+    return counts
+
+
+def print_table(dtype: str, results: dict[str, dict], elapsed: float) -> None:
+    c = summary(results)
+    print(f"\nOpInfo suite, {dtype} ({len(results)} entries, {elapsed:.0f} s)\n")
+    print("| pass | wrong | refused | error | crash | excluded | pass rate (of counted) |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {c['pass']} | {c['wrong']} | {c['refused']} | {c['error']} | {c['crash']} | {c['excluded']} | "
+          f"{c['rate']} % of {c['eligible']} |")
+    ops: dict[str, int] = {}
+    for r in results.values():
+        for o in r.get("ops", []):
+            ops[o] = ops.get(o, 0) + 1
+    if ops:
+        print("\nRefused ATen ops (entries):", ", ".join(f"{o} ({n})" for o, n in sorted(ops.items(), key=lambda x: (-x[1], x[0]))))
+
+
+def expected_path(dtype: str) -> str:
+    return os.path.join(HERE, f"expected_{dtype}.json")
+
+
+def why(r: dict) -> str:
+    if r.get("ops"):
+        return "refuses " + ", ".join(o.removeprefix("aten.") for o in r["ops"])
+    return " ".join((r.get("message") or "").split())[:160]
+
+
+def write_expected(dtype: str, results: dict[str, dict]) -> None:
+    data = {"summary": summary(results),
+            "entries": {n: [results[n]["status"], why(results[n])] for n in sorted(results)}}
+    with open(expected_path(dtype), "w") as fh:
+        json.dump(data, fh, indent=0, sort_keys=False)
+        fh.write("\n")
+
+
+def write_doc() -> None:
+    """docs/opinfo.md from the recorded results of both dtypes."""
+    rec = {}
+    for d in ("float32", "int64"):
+        if os.path.exists(expected_path(d)):
+            rec[d] = json.load(open(expected_path(d)))
+    lines = [
+        "# OpInfo coverage",
+        "",
+        "Generated by `tests/opinfo/run.py --update` (do not edit): PyTorch's OpInfo database run through",
+        "`torch.compile(f, backend=\"tpuc\", fullgraph=True, options={\"strict\": True})`, first two samples of",
+        "each entry, compared with eager (atol 1e-3, rtol 1e-5; random ops by shape and dtype; sort-like ops",
+        "by values). `excluded` entries are not counted: `aot_eager` cannot compile them either, or they",
+        "have no samples on CPU. `scripts/test.sh` runs the suite and fails when an entry recorded as",
+        "passing stops passing.",
+        "",
+        "| dtype | pass | wrong | refused | error | crash | excluded | pass rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d, r in rec.items():
+        c = r["summary"]
+        lines.append(f"| {d} | {c['pass']} | {c['wrong']} | {c['refused']} | {c['error']} | {c['crash']} | "
+                     f"{c['excluded']} | {c['rate']} % of {c['eligible']} |")
+    refused: dict[str, list[str]] = {}
+    for d, r in rec.items():
+        for n, (st, w) in r["entries"].items():
+            if st == "refused":
+                for o in w.removeprefix("refuses ").split(", "):
+                    refused.setdefault(o, [])
+                    if n not in refused[o]:
+                        refused[o].append(n)
+    lines += ["", "## ATen ops still refused", "", "| op | entries |", "|---|---|"]
+    for o in sorted(refused, key=lambda o: (-len(refused[o]), o)):
+        lines.append(f"| `{o}` | {', '.join(sorted(refused[o]))} |")
+    lines += ["", "## Every entry", "", "| entry | " + " | ".join(rec) + " | why not |",
+              "|---|" + "---|" * len(rec) + "---|"]
+    names = sorted(set().union(*(r["entries"] for r in rec.values())))
+    for n in names:
+        cells, whys = [], []
+        for d, r in rec.items():
+            st, w = r["entries"].get(n, ["-", ""])
+            cells.append(st)
+            if w and w not in whys:
+                whys.append(w)
+        lines.append(f"| {n} | " + " | ".join(cells) + " | " + "; ".join(whys).replace("|", "\\|") + " |")
+    os.makedirs(os.path.dirname(DOC), exist_ok=True)
+    with open(DOC, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def check(dtype: str, results: dict[str, dict]) -> int:
+    exp = json.load(open(expected_path(dtype)))
+    was = {n: v[0] for n, v in exp["entries"].items()}
+    lost = [n for n, s in was.items() if s == "pass" and n in results and results[n]["status"] != "pass"]
+    gained = [n for n, r in results.items() if r["status"] == "pass" and was.get(n) != "pass"]
+    rate, floor = summary(results)["rate"], exp["summary"]["rate"]
+    for n in lost:
+        r = results[n]
+        print(f"REGRESSION {n}: {r['status']}: {r.get('message') or ', '.join(r.get('ops', []))}")
+    if gained:
+        print(f"newly passing ({len(gained)}; record with --update): {', '.join(sorted(gained))}")
+    if lost or rate < floor:
+        print(f"FAILED: {len(lost)} regression(s); pass rate {rate} % (recorded {floor} %)")
+        return 1
+    print(f"ok: pass rate {rate} % (recorded {floor} %), no regressions")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "int64"])
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--only", help="comma-separated entries")
+    ap.add_argument("--timeout", type=float, default=180.0, help="seconds one entry may take")
+    ap.add_argument("--out", help="write every result here (JSON lines)")
+    ap.add_argument("--results", help="take the results from this --out file instead of running")
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--verbose", "-v", action="store_true", help="print every entry that does not pass")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+
+    names = [entry_name(op) for op in eligible(args.dtype)]
+    if args.only:
+        want = set(args.only.split(","))
+        names = [n for n in names if n in want]
+    t0 = time.perf_counter()
+    if args.results:
+        results = {r["entry"]: r for r in map(json.loads, open(args.results)) if r["entry"] in names}
+    else:
+        results = run_all(args.dtype, names, max(1, args.jobs), args.samples, args.timeout)
+    elapsed = time.perf_counter() - t0
+    if args.out:
+        with open(args.out, "w") as fh:
+            for n in sorted(results):
+                fh.write(json.dumps(results[n], sort_keys=True) + "\n")
+    if args.verbose:
+        for n in sorted(results):
+            r = results[n]
+            if r["status"] != "pass":
+                print(f"{r['status']:8} {n}: {r.get('message') or ', '.join(r.get('ops', []))}")
+    print_table(args.dtype, results, elapsed)
+    rc = 0
+    if args.update:
+        write_expected(args.dtype, results)
+        write_doc()
+    if args.check:
+        rc = check(args.dtype, results)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
