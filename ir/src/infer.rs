@@ -240,7 +240,7 @@ fn infer(
             one(ops[0].clone())
         }
         Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor | Ceil
-        | RoundEven => {
+        | RoundEven | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh | BesselI1e => {
             need_float(opcode.name(), ops[0])?;
             one(ops[0].clone())
         }
@@ -263,6 +263,11 @@ fn infer(
         }
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | Atan2 => {
             same_type("operand types differ", ops[0], ops[1])?;
+            one(ops[0].clone())
+        }
+        Polygamma | Zeta | NextAfter => {
+            same_type("operand types differ", ops[0], ops[1])?;
+            need_float(opcode.name(), ops[0])?;
             one(ops[0].clone())
         }
         And | Or | Xor => {

@@ -208,6 +208,22 @@ ops! {
     Tan = "tan", Exactly(1), Exactly(1), [], EW1, 0;
     /// error function
     Erf = "erf", Exactly(1), Exactly(1), [], EW1, 0;
+    /// complementary error function, 1 - erf(x) without cancellation (CHLO's `erfc`)
+    Erfc = "erfc", Exactly(1), Exactly(1), [], EW1, 0;
+    /// inverse error function on (-1, 1) (CHLO's `erf_inv`)
+    ErfInv = "erf_inv", Exactly(1), Exactly(1), [], EW1, 0;
+    /// log |Γ(x)| (CHLO's `lgamma`)
+    Lgamma = "lgamma", Exactly(1), Exactly(1), [], EW1, 0;
+    /// ψ(x) = d/dx log Γ(x) (CHLO's `digamma`)
+    Digamma = "digamma", Exactly(1), Exactly(1), [], EW1, 0;
+    /// inverse hyperbolic cosine (CHLO's `acosh`)
+    Acosh = "acosh", Exactly(1), Exactly(1), [], EW1, 0;
+    /// inverse hyperbolic sine (CHLO's `asinh`)
+    Asinh = "asinh", Exactly(1), Exactly(1), [], EW1, 0;
+    /// inverse hyperbolic tangent (CHLO's `atanh`)
+    Atanh = "atanh", Exactly(1), Exactly(1), [], EW1, 0;
+    /// exponentially scaled modified Bessel function of order 1, e^-|x|·I1(x) (CHLO's `bessel_i1e`)
+    BesselI1e = "bessel_i1e", Exactly(1), Exactly(1), [], EW1, 0;
     /// round toward -inf
     Floor = "floor", Exactly(1), Exactly(1), [], EW1, 0;
     /// round toward +inf
@@ -239,6 +255,13 @@ ops! {
     Or = "or", Exactly(2), Exactly(1), [], EW2C, 0;
     Xor = "xor", Exactly(2), Exactly(1), [], EW2C, 0;
     Atan2 = "atan2", Exactly(2), Exactly(1), [], EW1, 0;
+    /// polygamma(n, x): the n-th derivative of ψ at x, n a non-negative integer held in a float
+    /// (CHLO's `polygamma`)
+    Polygamma = "polygamma", Exactly(2), Exactly(1), [], EW1, 0;
+    /// Hurwitz zeta ζ(s, q) = Σₖ (k + q)^-s (CHLO's `zeta`)
+    Zeta = "zeta", Exactly(2), Exactly(1), [], EW1, 0;
+    /// the next float after x toward y (CHLO's `next_after`)
+    NextAfter = "next_after", Exactly(2), Exactly(1), [], EW1, 0;
     /// comparison by `direction` (eq, ne, lt, le, gt, ge); result is bool
     Compare = "compare", Exactly(2), Exactly(1), [req("direction", DIRECTION)], EW1, 0;
     /// pred ? on_true : on_false, element by element (pred is bool of the same shape)

@@ -186,6 +186,7 @@ fn random_op(g: &mut Gen, b: &mut Builder, vals: &[ValueId]) -> Result<Vec<Value
             let mut c = Vec::new();
             if fl {
                 c.extend([Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Tanh, Logistic, Sin, Cos, Tan, Erf, Floor, Ceil, RoundEven, IsFinite]);
+                c.extend([Erfc, ErfInv, Lgamma, Digamma, Acosh, Asinh, Atanh, BesselI1e]);
             }
             if !t.dtype.is_bool() {
                 c.extend([Abs, Sign]);

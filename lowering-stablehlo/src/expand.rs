@@ -142,6 +142,36 @@ impl Emitter<'_> {
         self.binary("multiply", x, k, ty)
     }
 
+    /// `chlo.<op>` on `xs` (all of type `ty`), which XLA expands itself: the special functions
+    /// (lgamma, digamma, polygamma, zeta, erfc, erf_inv, bessel_i1e), the inverse hyperbolic
+    /// functions and next_after. f8 operands go through f32.
+    pub fn chlo(&mut self, op: &str, xs: &[V], ty: &Ty) -> Result<V, EmitError> {
+        self.need_real_float(ty)?;
+        let ct = ty.with_dt(if matches!(ty.dt, DType::F8E4M3FN | DType::F8E5M2) { DType::F32 } else { ty.dt });
+        let xc: Vec<V> = xs.iter().map(|&x| self.convert(x, ty, ct.dt)).collect();
+        let r = self.def();
+        self.s("chlo.");
+        self.s(op);
+        self.s(" ");
+        for (i, &x) in xc.iter().enumerate() {
+            if i > 0 {
+                self.s(", ");
+            }
+            self.val(x);
+        }
+        self.s(" : ");
+        for i in 0..xc.len() {
+            if i > 0 {
+                self.s(", ");
+            }
+            self.ty(&ct);
+        }
+        self.s(" -> ");
+        self.ty(&ct);
+        self.end();
+        Ok(self.convert(r, &ct, ty.dt))
+    }
+
     pub fn erf(&mut self, x: V, ty: &Ty) -> Result<V, EmitError> {
         self.need_real_float(ty)?;
         if self.opts.erf == ErfLowering::Chlo {

@@ -87,6 +87,22 @@ impl Emitter<'_> {
             IsFinite => smallvec![self.unary_to("is_finite", xs[0], &ts[0], &rt)],
             Convert => smallvec![self.convert(xs[0], &ts[0], rt.dt)],
             Erf => smallvec![self.erf(xs[0], &rt)?],
+            Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
+                let name = match d.opcode {
+                    Erfc => "erfc",
+                    ErfInv => "erf_inv",
+                    Lgamma => "lgamma",
+                    Digamma => "digamma",
+                    Acosh => "acosh",
+                    Asinh => "asinh",
+                    Atanh => "atanh",
+                    BesselI1e => "bessel_i1e",
+                    Polygamma => "polygamma",
+                    Zeta => "zeta",
+                    _ => "next_after",
+                };
+                smallvec![self.chlo(name, &xs, &rt)?]
+            }
 
             Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Atan2 => {
                 let name = if rt.dt.is_bool() {

@@ -48,6 +48,24 @@ fn cases() -> Vec<(String, String)> {
             &format!("%1 = erf %0 : tensor<5x{dt}>\nreturn %1"),
         );
     }
+    // Special functions, written as CHLO ops (f8 computes in f32).
+    for dt in ["f32", "f64", "bf16", "f8e5m2"] {
+        let mut body = String::new();
+        let mut outs = Vec::new();
+        for (i, op) in ["erfc", "erf_inv", "lgamma", "digamma", "acosh", "asinh", "atanh", "bessel_i1e"]
+            .iter()
+            .enumerate()
+        {
+            body.push_str(&format!("%{} = {op} %0 : tensor<5x{dt}>\n", i + 2));
+            outs.push(format!("%{}", i + 2));
+        }
+        for (i, op) in ["polygamma", "zeta", "next_after"].iter().enumerate() {
+            body.push_str(&format!("%{} = {op} %1, %0 : tensor<5x{dt}>\n", i + 10));
+            outs.push(format!("%{}", i + 10));
+        }
+        body.push_str(&format!("return {}", outs.join(", ")));
+        add(&format!("special_{dt}"), &format!("%0: tensor<5x{dt}>, %1: tensor<5x{dt}>"), &body);
+    }
     add("abs_sign_neg_int", "%0: tensor<4xi32>", "%1 = abs %0 : tensor<4xi32>\n%2 = sign %1 : tensor<4xi32>\n%3 = neg %2 : tensor<4xi32>\nreturn %3");
     add(
         "abs_sign_unsigned",

@@ -118,7 +118,8 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Iota => (Propagates, "valid prefix along its dimension, uniform along padded others"),
         Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor | Ceil
         | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or
-        | Xor | Atan2 | Compare | Select | Gelu => (Propagates, "elementwise; operands' padded dims must agree"),
+        | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh
+        | BesselI1e | Polygamma | Zeta | NextAfter => (Propagates, "elementwise; operands' padded dims must agree"),
         BroadcastInDim => (Propagates, "broadcast dims become uniform"),
         Transpose => (Propagates, "permutes the layouts"),
         Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
@@ -389,7 +390,8 @@ impl<'a> Sp<'a> {
             }
             Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor
             | Ceil | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And
-            | Or | Xor | Atan2 | Compare | Select | Gelu => {
+            | Or | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh
+            | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
                 let mut l = lays[0].clone();
                 for (k, other) in lays.iter().enumerate().skip(1) {
                     for (i, x) in other.iter().enumerate() {

@@ -13,7 +13,7 @@ use Opcode as O;
 use tpuc_ir::Direction;
 
 /// `self`, `other` and their common dtype.
-fn binary_operands(cx: &mut Ctx) -> R<(Operand, Operand, DType)> {
+pub(super) fn binary_operands(cx: &mut Ctx) -> R<(Operand, Operand, DType)> {
     let a = cx.operand("self")?;
     let b = cx.operand("other")?;
     let dt = cx.result_type(&[a, b])?;
@@ -73,7 +73,7 @@ pub(super) fn mul(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.bin(op, x, y)?)
 }
 
-fn true_div_dtype(dt: DType) -> DType {
+pub(super) fn true_div_dtype(dt: DType) -> DType {
     if dt.is_float() || dt.is_complex() {
         dt
     } else {

@@ -5,10 +5,12 @@
 
 mod activations;
 mod binary;
+mod special;
 mod unary;
 
 pub use activations::*;
 pub use binary::*;
+use special::*;
 pub use unary::*;
 
 use super::*;
@@ -119,6 +121,28 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("acos.default", acos),
     ("sigmoid.default", sigmoid),
     ("erf.default", erf),
+    ("erfc.default", erfc),
+    ("erfinv.default", erfinv),
+    ("special_erfcx.default", special_erfcx),
+    ("lgamma.default", lgamma),
+    ("digamma.default", digamma),
+    ("polygamma.default", polygamma),
+    ("acosh.default", acosh),
+    ("asinh.default", asinh),
+    ("atanh.default", atanh),
+    ("special_i1.default", special_i1),
+    ("special_i1e.default", special_i1e),
+    ("special_ndtri.default", special_ndtri),
+    ("special_zeta.default", special_zeta),
+    ("special_zeta.self_scalar", special_zeta),
+    ("special_zeta.other_scalar", special_zeta),
+    ("nextafter.default", nextafter),
+    ("copysign.Tensor", copysign),
+    ("copysign.Scalar", copysign),
+    ("signbit.default", signbit),
+    ("hypot.default", hypot),
+    ("ldexp.Tensor", ldexp),
+    ("round.decimals", round_decimals),
     ("floor.default", floor),
     ("ceil.default", ceil),
     ("round.default", round),

@@ -1,0 +1,217 @@
+//! Special functions and the remaining float math: the gamma family (`lgamma`, `digamma`,
+//! `polygamma`), `erfc`, `erfinv`, `special_ndtri`, Hurwitz `special_zeta`, the Bessel
+//! `special_i1` / `special_i1e`, the inverse hyperbolic functions, and `nextafter`,
+//! `copysign`, `signbit`, `hypot`, `ldexp` and `round(decimals=)`.
+//!
+//! The special functions become IR ops that the emitter writes as CHLO, which XLA expands with
+//! its own accurate approximations for every float width. Integer and bool inputs compute in
+//! the default float dtype, as in ATen.
+
+use super::*;
+use Opcode as O;
+use tpuc_ir::Direction;
+
+macro_rules! special_unary {
+    ($($f:ident => $op:ident),* $(,)?) => {$(
+        pub(super) fn $f(cx: &mut Ctx) -> R<Vec<Val>> {
+            let x = cx.t("self")?;
+            let x = cx.float_of(x)?;
+            one(cx.un(O::$op, x)?)
+        }
+    )*};
+}
+special_unary!(erfc => Erfc, erfinv => ErfInv, lgamma => Lgamma, digamma => Digamma, acosh => Acosh,
+    asinh => Asinh, atanh => Atanh, special_i1e => BesselI1e);
+
+/// I1(x) = i1e(x)·e^|x|.
+pub(super) fn special_i1(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let e = cx.un(O::BesselI1e, x)?;
+    let a = cx.un(O::Abs, x)?;
+    let s = cx.un(O::Exp, a)?;
+    one(cx.bin(O::Mul, e, s)?)
+}
+
+/// ndtri(p) = √2·erfinv(2p - 1), the quantile of the standard normal distribution.
+pub(super) fn special_ndtri(cx: &mut Ctx) -> R<Vec<Val>> {
+    let p = cx.t("self")?;
+    let p = cx.float_of(p)?;
+    let t = cx.bin_c(O::Mul, p, 2.0)?;
+    let t = cx.bin_c(O::Sub, t, 1.0)?;
+    let e = cx.un(O::ErfInv, t)?;
+    one(cx.bin_c(O::Mul, e, std::f64::consts::SQRT_2)?)
+}
+
+/// polygamma(n, x); n = 0 is digamma.
+pub(super) fn polygamma(cx: &mut Ctx) -> R<Vec<Val>> {
+    let n = cx.int("n")?;
+    if n < 0 {
+        return err(format!("polygamma needs n >= 0, got {n}"));
+    }
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    if n == 0 {
+        return one(cx.un(O::Digamma, x)?);
+    }
+    // XLA's polygamma (through its Hurwitz zeta) loses accuracy for negative x; there the
+    // recurrence ψ⁽ⁿ⁾(x) = ψ⁽ⁿ⁾(x + K) - (-1)ⁿ·n!·Σⱼ<K (x + j)^-(n+1) moves it to x + K.
+    const K: usize = 32;
+    let zero = cx.full_like(Scalar::Float(0.0), x)?;
+    let neg = cx.cmp(Direction::Lt, x, zero)?;
+    let shifted = cx.bin_c(O::Add, x, K as f64)?;
+    let at = cx.select(neg, shifted, x)?;
+    let nv = cx.full_like(Scalar::Float(n as f64), x)?;
+    let base = cx.bin(O::Polygamma, nv, at)?;
+    let power = cx.full_like(Scalar::Float(-(n as f64) - 1.0), x)?;
+    let mut sum = zero;
+    for j in 0..K {
+        let xj = cx.bin_c(O::Add, x, j as f64)?;
+        let t = cx.bin(O::Pow, xj, power)?;
+        sum = cx.bin(O::Add, sum, t)?;
+    }
+    let fact: f64 = (1..=n).map(|k| k as f64).product();
+    let sign = if n % 2 == 0 { 1.0 } else { -1.0 };
+    let corr = cx.bin_c(O::Mul, sum, sign * fact)?;
+    let fixed = cx.bin(O::Sub, base, corr)?;
+    one(cx.select(neg, fixed, base)?)
+}
+
+/// A binary op computed in the float dtype the operands promote to.
+fn float_binary(cx: &mut Ctx) -> R<(ValueId, ValueId)> {
+    let (a, b, dt) = binary_operands(cx)?;
+    let (x, y) = cx.pair(&a, &b, true_div_dtype(dt))?;
+    Ok((x, y))
+}
+
+/// Hurwitz zeta ζ(x, q) (`special_zeta(self=x, other=q)`).
+pub(super) fn special_zeta(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, q) = float_binary(cx)?;
+    one(cx.bin(O::Zeta, x, q)?)
+}
+
+pub(super) fn nextafter(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (a, b, dt) = binary_operands(cx)?;
+    if !dt.is_float() {
+        return err(format!("nextafter needs floating-point operands, got {}", dt.name()));
+    }
+    let (x, y) = cx.pair(&a, &b, dt)?;
+    one(cx.bin(O::NextAfter, x, y)?)
+}
+
+/// True where the sign bit of `x` is set: x < 0, or x is -0.0 (1/x = -inf). (A NaN's sign bit
+/// is not visible without a bit cast; NaNs read as positive.)
+fn signbit_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
+    let d = cx.dtype(x);
+    let zero = cx.full_like(Scalar::Int(0), x)?;
+    if !d.is_float() {
+        if d.is_bool() || d.is_unsigned_int() {
+            return cx.full(Scalar::Bool(false), DType::Bool, &cx.dims(x));
+        }
+        return cx.cmp(Direction::Lt, x, zero);
+    }
+    let neg = cx.cmp(Direction::Lt, x, zero)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), x)?;
+    let inv = cx.bin(O::Div, one_v, x)?;
+    let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;
+    let negzero = cx.cmp(Direction::Eq, inv, ninf)?;
+    Ok(cx.bin(O::Or, neg, negzero)?)
+}
+
+pub(super) fn signbit(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    one(signbit_v(cx, x)?)
+}
+
+/// |self| with the sign of `other`.
+pub(super) fn copysign(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, y) = float_binary(cx)?;
+    let a = cx.un(O::Abs, x)?;
+    let na = cx.un(O::Neg, a)?;
+    let s = signbit_v(cx, y)?;
+    one(cx.select(s, na, a)?)
+}
+
+/// √(x² + y²) without overflow: m·√(1 + (n/m)²) with m = max(|x|, |y|), n = min; infinite
+/// when either is (even with a NaN), zero when both are.
+pub(super) fn hypot(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (a, b, dt) = binary_operands(cx)?;
+    if !dt.is_float() {
+        return err(format!("hypot needs floating-point operands, got {}", dt.name()));
+    }
+    let (x, y) = cx.pair(&a, &b, dt)?;
+    let ax = cx.un(O::Abs, x)?;
+    let ay = cx.un(O::Abs, y)?;
+    let m = cx.bin(O::Max, ax, ay)?;
+    let n = cx.bin(O::Min, ax, ay)?;
+    let r = cx.bin(O::Div, n, m)?;
+    let r2 = cx.bin(O::Mul, r, r)?;
+    let s = cx.bin_c(O::Add, r2, 1.0)?;
+    let s = cx.un(O::Sqrt, s)?;
+    let h = cx.bin(O::Mul, m, s)?;
+    let zero = cx.full_like(Scalar::Float(0.0), m)?;
+    let is_zero = cx.cmp(Direction::Eq, m, zero)?;
+    let h = cx.select(is_zero, zero, h)?;
+    let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
+    let xi = cx.cmp(Direction::Eq, ax, inf)?;
+    let yi = cx.cmp(Direction::Eq, ay, inf)?;
+    let any_inf = cx.bin(O::Or, xi, yi)?;
+    one(cx.select(any_inf, inf, h)?)
+}
+
+/// self·2^other, as ATen writes it (`self * pow(2.0, other)`).
+pub(super) fn ldexp(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (x, e) = float_binary(cx)?;
+    let two = cx.full_like(Scalar::Float(2.0), e)?;
+    let p = cx.bin(O::Pow, two, e)?;
+    one(cx.bin(O::Mul, x, p)?)
+}
+
+/// round(x, decimals): as ATen, round-half-even of x·10^d divided by 10^d (d > 0), or of
+/// x / 10^-d multiplied back (d < 0).
+pub(super) fn round_decimals(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let d = cx.int_or("decimals", 0)?;
+    if !cx.dtype(x).is_float() {
+        if d >= 0 {
+            return one(x);
+        }
+        return err("round with negative decimals of an integer tensor is not supported");
+    }
+    if d == 0 {
+        return one(cx.un(O::RoundEven, x)?);
+    }
+    let p = 10f64.powi(d.unsigned_abs().min(400) as i32);
+    let (scale, unscale) = if d > 0 { (O::Mul, O::Div) } else { (O::Div, O::Mul) };
+    let s = cx.bin_c(scale, x, p)?;
+    let r = cx.un(O::RoundEven, s)?;
+    one(cx.bin_c(unscale, r, p)?)
+}
+
+/// erfcx(x) = e^(x²)·erfc(x); from x = 8 (f32) or 25 (f64) on, where e^(x²) overflows or
+/// erfc underflows, the asymptotic series (1 - 1/(2x²) + 3/(4x⁴) - 15/(8x⁶)) / (x√π).
+pub(super) fn special_erfcx(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let big = if cx.dtype(x) == DType::F64 { 25.0 } else { 8.0 };
+    let x2 = cx.bin(O::Mul, x, x)?;
+    let e = cx.un(O::Exp, x2)?;
+    let c = cx.un(O::Erfc, x)?;
+    let direct = cx.bin(O::Mul, e, c)?;
+    // Asymptotic form, evaluated at max(x, big) so it stays finite where it is not used.
+    let bigv = cx.full_like(Scalar::Float(big), x)?;
+    let xa = cx.bin(O::Max, x, bigv)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), x)?;
+    let xa2 = cx.bin(O::Mul, xa, xa)?;
+    let u = cx.bin(O::Div, one_v, xa2)?;
+    // 1 + u·(-1/2 + u·(3/4 + u·(-15/8)))
+    let mut p = cx.full_like(Scalar::Float(-15.0 / 8.0), x)?;
+    for c in [3.0 / 4.0, -0.5, 1.0] {
+        let pu = cx.bin(O::Mul, p, u)?;
+        p = cx.bin_c(O::Add, pu, c)?;
+    }
+    let den = cx.bin_c(O::Mul, xa, std::f64::consts::PI.sqrt())?;
+    let asym = cx.bin(O::Div, p, den)?;
+    let is_big = cx.cmp(Direction::Ge, x, bigv)?;
+    one(cx.select(is_big, asym, direct)?)
+}
