@@ -8,6 +8,7 @@
 //! The registry table of the family; the lowerings are in submodules: `views`, `slicing`,
 //! `repeat`, `pad` and `rearrange`.
 
+mod diagonal;
 mod pad;
 mod rearrange;
 mod repeat;
@@ -100,6 +101,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("select.int", select),
     ("select_copy.int", select),
     ("narrow.default", narrow),
+    ("narrow_copy.default", narrow),
+    ("diagonal.default", diagonal::diagonal),
+    ("diagonal_copy.default", diagonal::diagonal),
+    ("diagonal_scatter.default", diagonal::diagonal_scatter),
     ("repeat.default", repeat),
     ("repeat_interleave.self_int", repeat_interleave),
     ("view_as.default", view_as),
