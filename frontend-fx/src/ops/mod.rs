@@ -15,6 +15,7 @@ pub mod elementwise;
 pub mod index;
 pub mod linalg;
 pub mod nn;
+pub mod order;
 pub mod reduce;
 pub mod shape;
 pub mod sym;
@@ -177,10 +178,11 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 9] = [
+        let tables: [&[(&str, OpFn)]; 10] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
+            order::OPS,
             nn::OPS,
             index::OPS,
             creation::OPS,

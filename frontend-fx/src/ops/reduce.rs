@@ -438,7 +438,7 @@ fn norm(cx: &mut Ctx) -> R<Vec<Val>> {
     one(norm_v(cx, x, ord, &dims, k)?)
 }
 
-fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str) -> R<ValueId> {
+pub(super) fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str) -> R<ValueId> {
     Ok(cx.b.build1(
         O::Scan,
         &[x],
