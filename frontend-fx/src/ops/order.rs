@@ -11,6 +11,9 @@
 //!
 //! The index outputs point at an element holding the value; which one, when several do, is
 //! not specified (as in ATen).
+//!
+//! Searching a sorted sequence (`searchsorted`, `bucketize`) counts, for each value, the
+//! elements of its row below it (or at most it, for `right`).
 
 use super::index::{elementwise_gather, full_coords};
 use super::reduce::sort_v;
@@ -24,6 +27,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("nanmedian.dim", nanmedian_dim),
     ("kthvalue.default", kthvalue),
     ("mode.default", mode),
+    ("searchsorted.Tensor", searchsorted),
+    ("searchsorted.Scalar", searchsorted),
+    ("bucketize.Tensor", bucketize),
+    ("bucketize.Scalar", bucketize),
 ];
 
 /// `x` along `dim` at one position per row: `pos` has `x`'s shape with `dim` of size 1.
@@ -197,4 +204,88 @@ fn mode(cx: &mut Ctx) -> R<Vec<Val>> {
     let pos = cx.reduce(cand, ReduceKind::Min, &[dim], true)?;
     let out = sorted_at(cx, (s, si), dim, pos, keep || scalar)?;
     finish(cx, out, scalar)
+}
+
+/// `searchsorted` / `bucketize`: for each value, how many elements of its row of the sorted
+/// sequence are below it (`right`: at most it), counted over a broadcast comparison. A `sorter`
+/// puts the sequence in order first. The dtype is the promoted type of both operands.
+fn search(cx: &mut Ctx, seq: ValueId, vals: Operand, right: bool, out_i32: bool) -> R<Vec<Val>> {
+    let common = cx.result_type(&[Operand::T(seq), vals])?;
+    let v = match vals {
+        Operand::T(v) => v,
+        Operand::N(n) => cx.scalar(n.scalar(), common)?,
+        _ => return err("searchsorted needs a tensor or a number to search for"),
+    };
+    let seq = if cx.dtype(seq) != common { cx.convert(seq, common)? } else { seq };
+    let v = if cx.dtype(v) != common { cx.convert(v, common)? } else { v };
+    let (sd, vd) = (cx.dims(seq), cx.dims(v));
+    let Some(m) = sd.last().cloned() else { return err("searchsorted needs a sequence of at least one dim") };
+    // Both as [..., K, M]: values along K, the sequence along M.
+    let (vb, sb, out_dims) = if sd.len() == 1 {
+        let mut full = vd.clone();
+        full.push(m);
+        let vb = cx.reshape(v, vd.iter().cloned().chain([Dim::Static(1)]).collect())?;
+        let vb = cx.broadcast_to(vb, &full)?;
+        let sb = cx.broadcast_to(seq, &full)?;
+        (vb, sb, vd)
+    } else {
+        if vd.len() != sd.len() || vd[..vd.len() - 1] != sd[..sd.len() - 1] {
+            return err(format!(
+                "searchsorted: values {} and sorted sequence {} differ in their leading dims",
+                fmt_dims(&vd),
+                fmt_dims(&sd)
+            ));
+        }
+        let lead = &sd[..sd.len() - 1];
+        let k = vd.last().cloned().unwrap_or(Dim::Static(1));
+        let full: Vec<Dim> = lead.iter().cloned().chain([k.clone(), m.clone()]).collect();
+        let vb = cx.reshape(v, lead.iter().cloned().chain([k, Dim::Static(1)]).collect())?;
+        let vb = cx.broadcast_to(vb, &full)?;
+        let s1 = cx.reshape(seq, lead.iter().cloned().chain([Dim::Static(1), m]).collect())?;
+        let sb = cx.broadcast_to(s1, &full)?;
+        (vb, sb, vd)
+    };
+    let below = cx.cmp(if right { Direction::Le } else { Direction::Lt }, sb, vb)?;
+    let dt = if out_i32 { DType::I32 } else { DType::I64 };
+    let c = cx.convert(below, dt)?;
+    let last = cx.rank(c) - 1;
+    let r = cx.reduce(c, ReduceKind::Sum, &[last], false)?;
+    one(cx.reshape(r, out_dims)?)
+}
+
+fn side_is_right(cx: &Ctx) -> R<bool> {
+    let right = cx.bool_or("right", false)?;
+    match cx.str_or("side", "")?.as_str() {
+        "" => Ok(right),
+        "left" if !right => Ok(false),
+        "right" => Ok(true),
+        s => err(format!("searchsorted side={s:?} (with right={right}) is not valid")),
+    }
+}
+
+fn searchsorted(cx: &mut Ctx) -> R<Vec<Val>> {
+    let seq = cx.t("sorted_sequence")?;
+    let vals = cx.operand("self")?;
+    let right = side_is_right(cx)?;
+    let out_i32 = cx.bool_or("out_int32", false)?;
+    let seq = match cx.opt_t("sorter")? {
+        Some(sorter) => {
+            let last = cx.rank(seq).saturating_sub(1);
+            let coords = full_coords(cx, sorter, last, cx.rank(seq))?;
+            elementwise_gather(cx, seq, coords)?
+        }
+        None => seq,
+    };
+    search(cx, seq, vals, right, out_i32)
+}
+
+fn bucketize(cx: &mut Ctx) -> R<Vec<Val>> {
+    let bounds = cx.t("boundaries")?;
+    if cx.rank(bounds) != 1 {
+        return err(format!("bucketize needs 1-D boundaries, got {}", cx.ty(bounds)));
+    }
+    let vals = cx.operand("self")?;
+    let right = cx.bool_or("right", false)?;
+    let out_i32 = cx.bool_or("out_int32", false)?;
+    search(cx, bounds, vals, right, out_i32)
 }
