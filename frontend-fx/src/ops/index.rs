@@ -23,6 +23,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("index.Tensor", index_tensor),
     ("_unsafe_index.Tensor", index_tensor),
     ("index_put.default", index_put),
+    ("masked_scatter.default", masked_scatter),
     ("_unsafe_index_put.default", index_put),
     ("index_add.default", index_add),
     ("slice_scatter.default", slice_scatter),
@@ -377,19 +378,40 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
     let accumulate = cx.bool_or("accumulate", false)?;
     let dt = cx.dtype(x);
     let values = cx.convert(values, dt)?;
-    // x[mask] = v with a boolean mask: a select when v is a single value.
+    // x[mask] = v with a boolean mask over x's leading dims: a select of v broadcast to x, or,
+    // when v has one row per true element, of the row numbered by the running count of trues.
     if let [Some(m)] = idxs.as_slice() {
         if cx.dtype(*m).is_bool() {
-            let nv = cx.ty(values).num_elements();
-            if nv != Some(1) {
-                return err("index_put with a boolean mask needs a single value");
-            }
             let shape = cx.dims(x);
             let mr = cx.rank(*m);
+            if mr > shape.len() || cx.dims(*m)[..] != shape[..mr] {
+                return err(format!("index_put: boolean mask {} does not match {}", cx.ty(*m), cx.ty(x)));
+            }
             let bd: Vec<i64> = (0..mr as i64).collect();
             let mb = cx.b.broadcast_in_dim(*m, &bd, shape.clone())?;
-            let vr = cx.reshape(values, vec![])?;
-            let vb = cx.broadcast_to(vr, &shape)?;
+            let trailing = shape[mr..].to_vec();
+            let vd = cx.dims(values);
+            let vb = if vd.len() <= trailing.len() || vd[0].is_one() {
+                let vr = if vd.len() > trailing.len() { cx.reshape(values, vd[1..].to_vec())? } else { values };
+                cx.broadcast_to(vr, &shape)?
+            } else {
+                let Some(count) = vd[0].as_static() else {
+                    return err("index_put with a boolean mask: the values need a static number of rows");
+                };
+                let rows: Vec<Dim> = [Dim::Static(count)].into_iter().chain(trailing.iter().cloned()).collect();
+                let v2 = cx.broadcast_to(values, &rows)?;
+                let p = cx.ty(*m).num_elements_expr();
+                let mflat = cx.reshape(*m, vec![Dim::from_expr(p)])?;
+                let ones = cx.convert(mflat, DType::I64)?;
+                let run = super::reduce::scan(cx, ones, 0, "sum")?;
+                let row = cx.bin_c(O::Sub, run, 1.0)?;
+                let lo = cx.full_like(Scalar::Int(0), row)?;
+                let hi = cx.full_like(Scalar::Int((count - 1).max(0)), row)?;
+                let row = cx.bin(O::Max, row, lo)?;
+                let row = cx.bin(O::Min, row, hi)?;
+                let g = super::shape::take_along(cx, v2, 0, row)?;
+                cx.reshape(g, shape.clone())?
+            };
             let new = if accumulate { cx.bin(O::Add, x, vb)? } else { vb };
             return one(cx.select(mb, new, x)?);
         }
@@ -517,4 +539,35 @@ fn select_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let s = unsqueeze_v(cx, src, dim as i64)?;
     one(slice_scatter_v(cx, x, s, dim, Some(i), Some(i + 1), 1)?)
+}
+
+/// `masked_scatter`: the true positions of `mask` (broadcast to `self`), in row-major order,
+/// take the elements of `source` one after another.
+fn masked_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let m = cx.t("mask")?;
+    let src = cx.t("source")?;
+    let shape = cx.dims(x);
+    let mb = cx.broadcast_to(m, &shape)?;
+    let src = cx.convert(src, cx.dtype(x))?;
+    let n = cx.ty(x).num_elements_expr();
+    let ns = cx.ty(src).num_elements_expr();
+    let Some(count) = ns.as_const() else {
+        return err("masked_scatter needs a source of static size");
+    };
+    if count == 0 {
+        return one(x);
+    }
+    let flat_src = cx.reshape(src, vec![Dim::Static(count)])?;
+    let mflat = cx.reshape(mb, vec![Dim::from_expr(n)])?;
+    let ones = cx.convert(mflat, DType::I64)?;
+    let run = super::reduce::scan(cx, ones, 0, "sum")?;
+    let at = cx.bin_c(O::Sub, run, 1.0)?;
+    let lo = cx.full_like(Scalar::Int(0), at)?;
+    let hi = cx.full_like(Scalar::Int(count - 1), at)?;
+    let at = cx.bin(O::Max, at, lo)?;
+    let at = cx.bin(O::Min, at, hi)?;
+    let g = super::shape::take_along(cx, flat_src, 0, at)?;
+    let g = cx.reshape(g, shape)?;
+    one(cx.select(mb, g, x)?)
 }
