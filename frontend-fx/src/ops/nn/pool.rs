@@ -308,8 +308,9 @@ pub(super) fn avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
     let ceil = cx.bool_or("ceil_mode", false)?;
     let include_pad = cx.bool_or("count_include_pad", true)?;
     let divisor = cx.opt_int("divisor_override")?;
-    if !cx.dtype(x).is_float() {
-        return err("avg_pool needs a floating-point input");
+    // Integer inputs average with truncating integer division, as ATen's CPU kernel does.
+    if !(cx.dtype(x).is_float() || cx.dtype(x).is_int()) {
+        return err(format!("avg_pool needs a numeric input, got {}", cx.dtype(x).name()));
     }
     let pool = pool_geometry(cx, x, nsp, ceil, false)?;
     let s = reduce_window(cx, x, "sum", &pool)?;
