@@ -220,11 +220,17 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
 }
 
 fn compile_options(req: &CompileRequest) -> rt::CompileOptions {
-    if req.partitions > 1 {
+    let mut o = if req.partitions > 1 {
         rt::CompileOptions::spmd(req.partitions)
     } else {
         rt::CompileOptions { num_partitions: 1, ..Default::default() }
+    };
+    if req.target == Target::Cpu {
+        // XLA CPU's default min/max ignore NaN ("fast" min/max); StableHLO's and PyTorch's
+        // propagate it (`amax`, max pooling, clamp of a NaN give NaN).
+        o.env_option_overrides.insert("xla_cpu_enable_fast_min_max".into(), rt::OptionOverride::Bool(false));
     }
+    o
 }
 
 fn compile_on(

@@ -772,3 +772,29 @@ def test_fusion_bf16_and_excess_precision_options(tmp_path):
     compiled = torch.compile(model, backend="tpuc", options={"bf16": True, "allow_excess_precision": True})
     with torch.no_grad():
         assert torch.allclose(compiled(x), model(x), atol=3e-2, rtol=3e-2)
+
+
+def test_max_reductions_and_pooling_propagate_nan_as_eager():
+    """XLA CPU's default min/max drop NaN; PyTorch's propagate it (and max pooling's index
+    points at the NaN). Also adaptive max pooling with windows of uneven length."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 5)
+    x[0, 0, 2, 2] = float("nan")
+    x[1, 2, 6, 4] = float("nan")
+
+    def f(x):
+        return (x.amax(-1), x.max(-1), x.amin(1), torch.nn.functional.max_pool2d(x, 2, return_indices=True),
+                torch.nn.functional.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+                torch.maximum(x, x.flip(0)), x.clamp(-0.5, 0.5))
+
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(x)
+    want = f(x)
+    flat_g, _ = torch.utils._pytree.tree_flatten(got)
+    flat_w, _ = torch.utils._pytree.tree_flatten(want)
+    assert len(flat_g) == len(flat_w)
+    for g, w in zip(flat_g, flat_w):
+        if w.is_floating_point():
+            assert torch.equal(g.isnan(), w.isnan())
+            torch.testing.assert_close(g, w, equal_nan=True)
+        else:
+            assert torch.equal(g, w)
