@@ -394,15 +394,86 @@ pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
 pub(super) fn adaptive_max_pool(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, os, dims, lead) = adaptive_args(cx)?;
     let mut wins = Vec::new();
+    let mut sizes = Vec::new();
     for (i, &o) in os.iter().enumerate() {
         let n = static_of(&dims[lead + i], "pooled dim")?;
-        if o <= 0 || n % o != 0 {
-            return err(format!("adaptive max pooling of size {n} to {o} (not a divisor) is not supported"));
+        if o <= 0 {
+            return err(format!("adaptive max pooling to size {o}"));
         }
+        sizes.push((n, o));
         wins.push(Win { n, k: n / o, s: n / o, pad: 0, d: 1, out: o, hi: 0 });
+    }
+    if sizes.iter().any(|&(n, o)| n % o != 0) {
+        return adaptive_max_uneven(cx, x, lead, &sizes);
     }
     let pool = Pool { lead, wins };
     let y = reduce_window(cx, x, "max", &pool)?;
     let idx = if cx.used(1) { Val::Tensor(max_pool_indices(cx, x, &pool)?) } else { Val::Absent };
     Ok(vec![Val::Tensor(y), idx])
+}
+
+/// Adaptive max pooling where an output size does not divide its input size: windows
+/// [floor(i·n/o), ceil((i+1)·n/o)) differ in length. Each pooled dim is gathered into
+/// [o, K] (K the longest window; a shorter window repeats its last element, which changes
+/// neither the max nor the first position holding it), then the K dims are reduced. The
+/// indices are flattened spatial positions, gathered the same way: the first one (in window
+/// order) holding the max.
+fn adaptive_max_uneven(cx: &mut Ctx, x: ValueId, lead: usize, sizes: &[(i64, i64)]) -> R<Vec<Val>> {
+    let want_idx = cx.used(1);
+    let dims = cx.dims(x);
+    let mut v = x;
+    let mut idx = if want_idx {
+        // Flattened spatial position of every element.
+        let mut pos: Option<ValueId> = None;
+        let mut stride = 1i64;
+        for (i, &(n, _)) in sizes.iter().enumerate().rev() {
+            let io = cx.iota(DType::I64, &dims, lead + i)?;
+            let term = if stride == 1 { io } else { cx.bin_c(O::Mul, io, stride as f64)? };
+            pos = Some(match pos {
+                Some(p) => cx.bin(O::Add, p, term)?,
+                None => term,
+            });
+            stride *= n;
+        }
+        pos
+    } else {
+        None
+    };
+    let mut window_dims = Vec::new();
+    for (i, &(n, o)) in sizes.iter().enumerate() {
+        let d = lead + 2 * i;
+        let bounds: Vec<(i64, i64)> = (0..o).map(|j| ((j * n) / o, ((j + 1) * n + o - 1) / o)).collect();
+        let k = bounds.iter().map(|(s, e)| e - s).max().unwrap_or(1);
+        table_size(&[o, k], "adaptive pooling window table")?;
+        let table: Vec<i64> = bounds.iter().flat_map(|&(s, e)| (0..k).map(move |j| (s + j).min(e - 1))).collect();
+        let t = cx.const_i64(&[o * k], &table)?;
+        let split = |cx: &mut Ctx, g: ValueId| -> R<ValueId> {
+            let mut nd = cx.dims(g);
+            nd.splice(d..=d, [Dim::Static(o), Dim::Static(k)]);
+            cx.reshape(g, nd)
+        };
+        let g = crate::ops::shape::take_along(cx, v, d, t)?;
+        v = split(cx, g)?;
+        if let Some(p) = idx {
+            let g = crate::ops::shape::take_along(cx, p, d, t)?;
+            idx = Some(split(cx, g)?);
+        }
+        window_dims.push(d + 1);
+    }
+    let y = cx.reduce(v, ReduceKind::Max, &window_dims, false)?;
+    let Some(p) = idx else { return Ok(vec![Val::Tensor(y), Val::Absent]) };
+    let yk = cx.reduce(v, ReduceKind::Max, &window_dims, true)?;
+    let yb = cx.broadcast_to(yk, &cx.dims(v))?;
+    // The max itself, or NaN where the window has one (max propagates it).
+    let hit = cx.cmp(Direction::Eq, v, yb)?;
+    let hit = if cx.dtype(v).is_float() {
+        let nan = cx.cmp(Direction::Ne, v, v)?;
+        cx.bin(O::Or, hit, nan)?
+    } else {
+        hit
+    };
+    let big = cx.full_like(Scalar::Int(i64::MAX), p)?;
+    let cand = cx.select(hit, p, big)?;
+    let i = cx.reduce(cand, ReduceKind::Min, &window_dims, false)?;
+    Ok(vec![Val::Tensor(y), Val::Tensor(i)])
 }
