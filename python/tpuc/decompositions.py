@@ -1,4 +1,5 @@
-"""Decompositions tpuc adds to core ATen's, for fused CPU kernels that torch does not decompose.
+"""Decompositions tpuc adds to core ATen's: some of torch's own (ops outside core ATen that its
+table writes in ops tpuc lowers), and ones for fused CPU kernels torch does not decompose.
 
 `nn.TransformerEncoderLayer` and `nn.MultiheadAttention` take PyTorch's "fast path" in inference
 (`eval()` under `no_grad`): one fused op, `aten._transformer_encoder_layer_fwd` or
@@ -86,9 +87,25 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
     return x
 
 
+# Ops outside core ATen that torch's own decomposition table writes in ops tpuc lowers (checked
+# by the OpInfo suite, tests/opinfo).
+FROM_TORCH = (
+    aten._batch_norm_with_update_functional.default,
+    aten.adaptive_max_pool3d.default,
+    aten.dist.default,
+    aten.grid_sampler_2d.default,
+    aten.tril_indices.default,
+    aten.triu_indices.default,
+)
+
+
 def extra_decompositions() -> dict:
     """The table entries tpuc adds (op overload -> Python decomposition)."""
-    return {
+    from torch._decomp import get_decompositions
+
+    table = get_decompositions(list(FROM_TORCH))
+    table.update({
         aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
         aten._native_multi_head_attention.default: native_multi_head_attention,
-    }
+    })
+    return table
