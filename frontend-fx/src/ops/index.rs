@@ -26,6 +26,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("masked_scatter.default", masked_scatter),
     ("_unsafe_index_put.default", index_put),
     ("index_add.default", index_add),
+    ("index_reduce.default", index_reduce),
     ("slice_scatter.default", slice_scatter),
     ("select_scatter.default", select_scatter),
 ];
@@ -467,6 +468,82 @@ fn index_add(cx: &mut Ctx) -> R<Vec<Val>> {
     let ib = cx.b.broadcast_in_dim(idx, &[dim as i64], sshape)?;
     let coords = full_coords(cx, ib, dim, cx.rank(x))?;
     one(elementwise_scatter(cx, x, coords, src, "add")?)
+}
+
+/// `index_reduce`: `self[..., index[i], ...]` combined with `source[..., i, ...]` along `dim` by
+/// `prod`, `amax`, `amin` or `mean`; with `include_self=False` the rows an index hits start
+/// from the reduction's identity instead of `self`. `mean` divides by the number of values
+/// combined (flooring for integers, as ATen).
+fn index_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x0 = cx.t("self")?;
+    let scalar = cx.rank(x0) == 0;
+    let x = at_least_1d(cx, x0)?;
+    let src = cx.t("source")?;
+    let src = at_least_1d(cx, src)?;
+    let idx = cx.t("index")?;
+    let idx = at_least_1d(cx, idx)?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let reduce = cx.str_or("reduce", "")?;
+    let include_self = cx.bool_or("include_self", true)?;
+    if cx.rank(idx) != 1 {
+        return err("index_reduce needs a 1-D index");
+    }
+    let dt = cx.dtype(x);
+    let (kind, identity) = match reduce.as_str() {
+        "prod" => ("mul", Scalar::Int(1)),
+        "amax" => ("max", lowest(dt)),
+        "amin" => ("min", highest(dt)),
+        "mean" => ("add", Scalar::Int(0)),
+        r => return err(format!("index_reduce: unknown reduce {r:?} (prod, mean, amax, amin)")),
+    };
+    let src = cx.convert(src, dt)?;
+    let sshape = cx.dims(src);
+    let ib = cx.b.broadcast_in_dim(idx, &[dim as i64], sshape)?;
+    let coords = full_coords(cx, ib, dim, cx.rank(x))?;
+    // Where an index lands, and how many source values land there.
+    let counts = {
+        let zeros = cx.full(Scalar::Int(0), DType::I64, &cx.dims(x))?;
+        let ones = cx.full(Scalar::Int(1), DType::I64, &cx.dims(src))?;
+        elementwise_scatter(cx, zeros, coords, ones, "add")?
+    };
+    let zero = cx.full_like(Scalar::Int(0), counts)?;
+    let hit = cx.cmp(Direction::Gt, counts, zero)?;
+    let base = if include_self {
+        x
+    } else {
+        let id = cx.full_like(identity, x)?;
+        cx.select(hit, id, x)?
+    };
+    let r = elementwise_scatter(cx, base, coords, src, kind)?;
+    let r = if reduce != "mean" { r } else { mean_of(cx, r, x, counts, hit, include_self)? };
+    if scalar {
+        return one(cx.reshape(r, vec![])?);
+    }
+    one(r)
+}
+
+/// The sums `r` of an index reduction divided by the number of values in each (floored for
+/// integers); where nothing landed, `x`.
+fn mean_of(cx: &mut Ctx, r: ValueId, x: ValueId, counts: ValueId, hit: ValueId, include_self: bool) -> R<ValueId> {
+    let dt = cx.dtype(x);
+    let n = if include_self { cx.bin_c(O::Add, counts, 1.0)? } else { counts };
+    let onev = cx.full_like(Scalar::Int(1), n)?;
+    let n = cx.bin(O::Max, n, onev)?;
+    let n = cx.convert(n, dt)?;
+    let q = cx.bin(O::Div, r, n)?;
+    let q = if dt.is_float() {
+        q
+    } else {
+        // Floor: one less where the truncated quotient is inexact and negative.
+        let back = cx.bin(O::Mul, q, n)?;
+        let inexact = cx.cmp(Direction::Ne, back, r)?;
+        let z = cx.full_like(Scalar::Int(0), r)?;
+        let neg = cx.cmp(Direction::Lt, r, z)?;
+        let fix = cx.bin(O::And, inexact, neg)?;
+        let qm1 = cx.bin_c(O::Sub, q, 1.0)?;
+        cx.select(fix, qm1, q)?
+    };
+    cx.select(hit, q, x)
 }
 
 /// `self` with `self[..., start:end:step, ...] = src` along `dim`.

@@ -8,19 +8,6 @@ use super::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
-/// The lowest value of a dtype (max-pool padding).
-fn lowest(d: DType) -> Scalar {
-    match d {
-        DType::Bool => Scalar::Bool(false),
-        DType::I8 => Scalar::Int(i8::MIN as i64),
-        DType::I16 => Scalar::Int(i16::MIN as i64),
-        DType::I32 => Scalar::Int(i32::MIN as i64),
-        DType::I64 => Scalar::Int(i64::MIN),
-        d if d.is_unsigned_int() => Scalar::Int(0),
-        _ => Scalar::Float(f64::NEG_INFINITY),
-    }
-}
-
 /// Window geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
 struct Win {
