@@ -145,6 +145,24 @@ impl DType {
     pub fn is_bool(self) -> bool {
         self == DType::Bool
     }
+    /// The float type of a complex type's parts (c64: f32, c128: f64); other types unchanged.
+    pub fn complex_part(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            d => d,
+        }
+    }
+
+    /// The complex type with parts of this float type (f32: c64, f64: c128), if there is one.
+    pub fn complex_of(self) -> Option<DType> {
+        match self {
+            DType::F32 => Some(DType::C64),
+            DType::F64 => Some(DType::C128),
+            _ => None,
+        }
+    }
+
     pub fn is_complex(self) -> bool {
         self.class() == DTypeClass::Complex
     }

@@ -128,6 +128,12 @@ attr_enum!(
 );
 
 attr_enum!(
+    /// `fft`'s `fft_type`: complex to complex forward / inverse, real to complex (the
+    /// non-redundant half), complex to real.
+    FftType, "fft type" { Fft = "fft", Ifft = "ifft", Rfft = "rfft", Irfft = "irfft" }
+);
+
+attr_enum!(
     /// `scan`'s `kind` (cumulative ops).
     ScanKind, "scan kind" { Sum = "sum", Prod = "prod", Max = "max", Min = "min" }
 );

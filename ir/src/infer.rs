@@ -9,6 +9,7 @@
 
 use crate::attr::{Attr, Attrs};
 use crate::dtype::DType;
+use crate::enums::FftType;
 use crate::opcode::{AttrKind, Opcode};
 use crate::types::{Dim, TensorType};
 
@@ -490,6 +491,61 @@ fn infer(
                 return fail(format!("source must have the window output type {t}, got {}", ops[1]));
             }
             one(ops[0].clone())
+        }
+        Real | Imag => {
+            if !ops[0].dtype.is_complex() {
+                return fail(format!("{opcode} needs a complex operand, got {}", ops[0]));
+            }
+            one(ops[0].with_dtype(ops[0].dtype.complex_part()))
+        }
+        Complex => {
+            same_type("operand types differ", ops[0], ops[1])?;
+            let Some(c) = ops[0].dtype.complex_of() else {
+                return fail(format!("complex needs f32 or f64 parts, got {}", ops[0]));
+            };
+            one(ops[0].with_dtype(c))
+        }
+        Fft => {
+            let Some(ty) = attrs.get_enum::<FftType>("fft_type") else {
+                return fail("fft needs an fft_type (fft, ifft, rfft, irfft)");
+            };
+            let len = ints(attrs, "fft_length")?;
+            let r = ops[0].rank();
+            if len.is_empty() || len.len() > 3 || len.len() > r || len.iter().any(|&n| n < 1) {
+                return fail(format!("fft_length {len:?} must give 1 to 3 positive sizes of trailing dims of {}", ops[0]));
+            }
+            let mut dims = ops[0].dims.clone();
+            let k = len.len();
+            let last = *len.last().unwrap_or(&1);
+            // The operand's trailing dims, and the result's last one, per type.
+            let (want_in_last, out_last, out_dtype) = match ty {
+                FftType::Fft | FftType::Ifft => {
+                    if !ops[0].dtype.is_complex() {
+                        return fail(format!("{ty} needs a complex operand, got {}", ops[0]));
+                    }
+                    (last, last, ops[0].dtype)
+                }
+                FftType::Rfft => {
+                    let Some(c) = ops[0].dtype.complex_of() else {
+                        return fail(format!("rfft needs an f32 or f64 operand, got {}", ops[0]));
+                    };
+                    (last, last / 2 + 1, c)
+                }
+                FftType::Irfft => {
+                    if !ops[0].dtype.is_complex() {
+                        return fail(format!("irfft needs a complex operand, got {}", ops[0]));
+                    }
+                    (last / 2 + 1, last, ops[0].dtype.complex_part())
+                }
+            };
+            for (i, &n) in len.iter().enumerate() {
+                let want = if i + 1 == k { want_in_last } else { n };
+                if dims[r - k + i] != Dim::Static(want) {
+                    return fail(format!("{ty} with fft_length {len:?} needs trailing dims {want} in {}", ops[0]));
+                }
+            }
+            dims[r - 1] = Dim::Static(out_last);
+            one(TensorType::new(out_dtype, dims))
         }
         Sort => {
             let d = int(attrs, "dimension")?;

@@ -25,7 +25,7 @@ pub use attr::{Attr, Attrs, Scalar, TensorData};
 pub use dtype::DType;
 pub use entity::{EntityId, PrimaryMap, SecondaryMap};
 pub use enums::{
-    ArgReduceKind, AttrEnum, Direction, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind,
+    ArgReduceKind, AttrEnum, Direction, FftType, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind,
 };
 pub use module::{
     ArgInfo, ArgKind, BlockId, Builder, Func, IrError, Loc, LocId, Module, OpData, OpId, RegionId, ResultInfo,

@@ -9,8 +9,7 @@
 
 use crate::attr::Attr;
 use crate::enums::{
-    ArgReduceKind, Direction, EnumSpec, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind,
-};
+    ArgReduceKind, Direction, EnumSpec, GeluApproximation, Precision, ReduceKind, ScanKind, ScatterKind, WindowKind, FftType};
 use std::fmt;
 use std::str::FromStr;
 
@@ -167,6 +166,7 @@ const ARG_REDUCE_KIND: K = K::Enum(EnumSpec::of::<ArgReduceKind>());
 const WINDOW_KIND: K = K::Enum(EnumSpec::of::<WindowKind>());
 const SCATTER_KIND: K = K::Enum(EnumSpec::of::<ScatterKind>());
 const SCAN_KIND: K = K::Enum(EnumSpec::of::<ScanKind>());
+const FFT_TYPE: K = K::Enum(EnumSpec::of::<FftType>());
 const APPROXIMATION: K = K::Enum(EnumSpec::of::<GeluApproximation>());
 
 const EW1: u32 = ELEMENTWISE | PURE;
@@ -238,6 +238,12 @@ ops! {
     IsFinite = "is_finite", Exactly(1), Exactly(1), [], EW1, 0;
     /// element type conversion; the result type has the operand's shape
     Convert = "convert", Exactly(1), Exactly(1), [], EW1, 0;
+    /// real part of a complex value (result: the part's float type)
+    Real = "real", Exactly(1), Exactly(1), [], EW1, 0;
+    /// imaginary part of a complex value (result: the part's float type)
+    Imag = "imag", Exactly(1), Exactly(1), [], EW1, 0;
+    /// complex value from real and imaginary parts of one float type
+    Complex = "complex", Exactly(2), Exactly(1), [], EW1, 0;
 
     // ---- elementwise binary (operands and result of one type)
     Add = "add", Exactly(2), Exactly(1), [], EW2C, 0;
@@ -311,6 +317,10 @@ ops! {
     Sort = "sort", Exactly(1), Exactly(2), [req("dimension", K::Int), req("descending", K::Bool)], PURE, 0;
     /// inclusive prefix reduction along `dimension` by `kind` (sum, prod, max, min)
     Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", SCAN_KIND)], PURE, 0;
+    /// discrete Fourier transform over the trailing `len(fft_length)` (1 to 3) dims: `fft` /
+    /// `ifft` complex to complex (`ifft` divides by the size), `rfft` real to complex (last dim
+    /// n/2+1), `irfft` complex to real (last dim `fft_length[-1]`, divided by the size)
+    Fft = "fft", Exactly(1), Exactly(1), [req("fft_type", FFT_TYPE), req("fft_length", K::Ints)], PURE, 0;
 
     // ---- high-level ops (expanded by the emitter; composites later)
     /// softmax along `dimension`

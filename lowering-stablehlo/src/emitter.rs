@@ -586,6 +586,31 @@ impl<'m> Emitter<'m> {
         r
     }
 
+    /// `stablehlo.complex %re, %im : (parts, parts) -> complex`
+    pub fn complex(&mut self, re: V, im: V, parts: &Ty, out: &Ty) -> V {
+        let r = self.def();
+        self.out.push_str("stablehlo.complex ");
+        self.val(re);
+        self.out.push_str(", ");
+        self.val(im);
+        self.out.push_str(" : ");
+        self.fn_ty(&[parts, parts], out);
+        self.end();
+        r
+    }
+
+    /// `stablehlo.fft %x, type = T, length = [..] : (in) -> out`
+    pub fn fft(&mut self, x: V, fft_type: &str, length: &[i64], in_ty: &Ty, out_ty: &Ty) -> V {
+        let r = self.def();
+        self.out.push_str("stablehlo.fft ");
+        self.val(x);
+        let lens: Vec<String> = length.iter().map(|n| n.to_string()).collect();
+        let _ = write!(self.out, ", type = {fft_type}, length = [{}] : ", lens.join(", "));
+        self.fn_ty(&[in_ty], out_ty);
+        self.end();
+        r
+    }
+
     /// `stablehlo.compare DIR, %a, %b, TYPE` with the comparison type of the operands' dtype.
     pub fn compare(&mut self, dir: &str, a: V, b: V, ty: &Ty) -> V {
         let r = self.def();

@@ -7,7 +7,7 @@ use crate::literal::Lit;
 use crate::EmitError;
 use smallvec::{smallvec, SmallVec};
 use std::fmt::Write;
-use tpuc_ir::{ArgReduceKind, Attrs, DType, Direction, GeluApproximation, OpId, Opcode, Precision, ScanKind};
+use tpuc_ir::{ArgReduceKind, Attrs, DType, Direction, FftType, GeluApproximation, OpId, Opcode, Precision, ScanKind};
 
 type Results = SmallVec<[V; 3]>;
 
@@ -87,6 +87,19 @@ impl Emitter<'_> {
             IsFinite => smallvec![self.unary_to("is_finite", xs[0], &ts[0], &rt)],
             Convert => smallvec![self.convert(xs[0], &ts[0], rt.dt)],
             Erf => smallvec![self.erf(xs[0], &rt)?],
+            Real => smallvec![self.unary_to("real", xs[0], &ts[0], &rt)],
+            Imag => smallvec![self.unary_to("imag", xs[0], &ts[0], &rt)],
+            Complex => smallvec![self.complex(xs[0], xs[1], &ts[0], &rt)],
+            Fft => {
+                let ty = enum_attr::<FftType>(a, "fft_type");
+                let name = match ty {
+                    FftType::Fft => "FFT",
+                    FftType::Ifft => "IFFT",
+                    FftType::Rfft => "RFFT",
+                    FftType::Irfft => "IRFFT",
+                };
+                smallvec![self.fft(xs[0], name, ints(a, "fft_length"), &ts[0], &rt)]
+            }
             Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
                 let name = match d.opcode {
                     Erfc => "erfc",

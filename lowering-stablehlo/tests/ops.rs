@@ -66,6 +66,20 @@ fn cases() -> Vec<(String, String)> {
         body.push_str(&format!("return {}", outs.join(", ")));
         add(&format!("special_{dt}"), &format!("%0: tensor<5x{dt}>, %1: tensor<5x{dt}>"), &body);
     }
+    // Complex numbers and the FFT.
+    add(
+        "complex_parts_fft",
+        "%0: tensor<3x8xf32>, %1: tensor<3x8xf32>",
+        "%2 = complex %0, %1 : tensor<3x8xc64>\n\
+         %3 = fft %2 {fft_type = \"fft\", fft_length = [3, 8]} : tensor<3x8xc64>\n\
+         %4 = fft %3 {fft_type = \"ifft\", fft_length = [8]} : tensor<3x8xc64>\n\
+         %5 = fft %0 {fft_type = \"rfft\", fft_length = [8]} : tensor<3x5xc64>\n\
+         %6 = fft %5 {fft_type = \"irfft\", fft_length = [8]} : tensor<3x8xf32>\n\
+         %7 = real %4 : tensor<3x8xf32>\n\
+         %8 = imag %4 : tensor<3x8xf32>\n\
+         %9 = mul %2, %3 : tensor<3x8xc64>\n\
+         return %6, %7, %8, %9",
+    );
     add("abs_sign_neg_int", "%0: tensor<4xi32>", "%1 = abs %0 : tensor<4xi32>\n%2 = sign %1 : tensor<4xi32>\n%3 = neg %2 : tensor<4xi32>\nreturn %3");
     add(
         "abs_sign_unsigned",

@@ -119,7 +119,10 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor | Ceil
         | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or
         | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh
-        | BesselI1e | Polygamma | Zeta | NextAfter => (Propagates, "elementwise; operands' padded dims must agree"),
+        | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex => {
+            (Propagates, "elementwise; operands' padded dims must agree")
+        }
+        Fft => (Conditional, "transformed (trailing) dims not padded"),
         BroadcastInDim => (Propagates, "broadcast dims become uniform"),
         Transpose => (Propagates, "permutes the layouts"),
         Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
@@ -391,7 +394,7 @@ impl<'a> Sp<'a> {
             Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor
             | Ceil | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And
             | Or | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh
-            | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
+            | Atanh | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex => {
                 let mut l = lays[0].clone();
                 for (k, other) in lays.iter().enumerate().skip(1) {
                     for (i, x) in other.iter().enumerate() {
@@ -791,6 +794,14 @@ impl<'a> Sp<'a> {
                 (vec![ins[0], idx, ins[2]], vec![lays[0].clone()])
             }
             SelectAndScatterAdd => return Err(self.fail("max-pool gradient over a padded dim")),
+            Fft => {
+                let k = a.ints("fft_length").map_or(1, |l| l.len());
+                let r = rank(0);
+                if let Some(i) = (r.saturating_sub(k)..r).find(|&i| !lays[0][i].is_exact()) {
+                    return Err(self.fail(format!("transforms {}", self.padded_dim_note(d.operands[0], i))));
+                }
+                (ins, vec![lays[0].clone()])
+            }
             Composite => return self.composite(op, &ins),
             Return | Yield => unreachable!("terminators are handled by the block walk"),
         };

@@ -10,6 +10,7 @@
 //! implement ATen's `result_type` and broadcasting explicitly.
 
 pub mod backward;
+pub mod complex;
 pub mod creation;
 pub mod elementwise;
 pub mod index;
@@ -178,11 +179,12 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 10] = [
+        let tables: [&[(&str, OpFn)]; 11] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
             order::OPS,
+            complex::OPS,
             nn::OPS,
             index::OPS,
             creation::OPS,

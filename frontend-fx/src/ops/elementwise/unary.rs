@@ -54,6 +54,9 @@ pub(super) fn trunc(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn abs(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
+    if cx.dtype(x).is_complex() {
+        return one(crate::ops::complex::complex_abs(cx, x)?);
+    }
     if cx.dtype(x).is_bool() || cx.dtype(x).is_unsigned_int() {
         return one(x);
     }

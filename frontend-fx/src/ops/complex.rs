@@ -1,0 +1,311 @@
+//! Complex numbers and the FFT: `view_as_complex` / `view_as_real`, `complex`, `polar`,
+//! `real` / `imag`, `angle`, conjugation, and `_fft_r2c` / `_fft_c2c` / `_fft_c2r` (what
+//! `torch.fft.*` decomposes to).
+//!
+//! The IR's `fft` transforms up to three trailing dims; the transformed dims move last and
+//! back, and more than three are transformed in groups (transforms along different dims
+//! commute). XLA's inverse transforms divide by the signal size; ATen's `normalization`
+//! (0: none, 1: 1/√n, 2: 1/n, with n the product of the signal sizes) is applied on top.
+
+use super::*;
+use Opcode as O;
+use tpuc_ir::{AttrEnum, FftType};
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("view_as_complex.default", view_as_complex),
+    ("view_as_real.default", view_as_real),
+    ("complex.default", complex),
+    ("polar.default", polar),
+    ("real.default", real),
+    ("imag.default", imag),
+    ("angle.default", angle),
+    ("_conj.default", conj),
+    ("conj.default", conj),
+    ("conj_physical.default", conj),
+    ("_conj_physical.default", conj),
+    ("resolve_conj.default", identity_view),
+    ("resolve_neg.default", identity_view),
+    ("_fft_r2c.default", fft_r2c),
+    ("_fft_c2c.default", fft_c2c),
+    ("_fft_c2r.default", fft_c2r),
+];
+
+fn parts(cx: &mut Ctx, x: ValueId) -> R<(ValueId, ValueId)> {
+    Ok((cx.un(O::Real, x)?, cx.un(O::Imag, x)?))
+}
+
+fn identity_view(cx: &mut Ctx) -> R<Vec<Val>> {
+    one(cx.t("self")?)
+}
+
+/// [..., 2] real → [...] complex.
+fn view_as_complex(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let dims = cx.dims(x);
+    if dims.last() != Some(&Dim::Static(2)) || cx.dtype(x).complex_of().is_none() {
+        return err(format!("view_as_complex needs an f32 or f64 tensor whose last dim is 2, got {}", cx.ty(x)));
+    }
+    let d = dims.len() - 1;
+    let re = super::shape::select_v(cx, x, d, 0)?;
+    let im = super::shape::select_v(cx, x, d, 1)?;
+    one(cx.bin(O::Complex, re, im)?)
+}
+
+/// [...] complex → [..., 2] real.
+fn view_as_real(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return err(format!("view_as_real needs a complex tensor, got {}", cx.ty(x)));
+    }
+    let (re, im) = parts(cx, x)?;
+    let mut d1 = cx.dims(re);
+    d1.push(Dim::Static(1));
+    let re = cx.reshape(re, d1.clone())?;
+    let im = cx.reshape(im, d1)?;
+    let last = cx.rank(re) as i64 - 1;
+    one(cx.b.concatenate(&[re, im], last)?)
+}
+
+fn complex(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.operand("real")?;
+    let b = cx.operand("imag")?;
+    let dt = cx.result_type(&[a, b])?;
+    if dt.complex_of().is_none() {
+        return err(format!("complex needs f32 or f64 parts, got {}", dt.name()));
+    }
+    let (re, im) = cx.pair(&a, &b, dt)?;
+    one(cx.bin(O::Complex, re, im)?)
+}
+
+/// abs·(cos θ + i sin θ).
+fn polar(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.operand("abs")?;
+    let t = cx.operand("angle")?;
+    let dt = cx.result_type(&[a, t])?;
+    if dt.complex_of().is_none() {
+        return err(format!("polar needs f32 or f64 operands, got {}", dt.name()));
+    }
+    let (r, th) = cx.pair(&a, &t, dt)?;
+    let c = cx.un(O::Cos, th)?;
+    let s = cx.un(O::Sin, th)?;
+    let re = cx.bin(O::Mul, r, c)?;
+    let im = cx.bin(O::Mul, r, s)?;
+    one(cx.bin(O::Complex, re, im)?)
+}
+
+fn real(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return one(x);
+    }
+    one(cx.un(O::Real, x)?)
+}
+
+fn imag(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return err("imag is not implemented for real tensors (as in torch)");
+    }
+    one(cx.un(O::Imag, x)?)
+}
+
+/// atan2(imag, real); for real input 0 or π (NaN stays NaN), in the default float dtype for
+/// integers.
+fn angle(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if cx.dtype(x).is_complex() {
+        let (re, im) = parts(cx, x)?;
+        return one(cx.bin(O::Atan2, im, re)?);
+    }
+    let x = cx.float_of(x)?;
+    let zero = cx.full_like(Scalar::Float(0.0), x)?;
+    let pi = cx.full_like(Scalar::Float(std::f64::consts::PI), x)?;
+    let neg = cx.cmp(Direction::Lt, x, zero)?;
+    let r = cx.select(neg, pi, zero)?;
+    let nan = cx.cmp(Direction::Ne, x, x)?;
+    one(cx.select(nan, x, r)?)
+}
+
+fn conj(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return one(x);
+    }
+    let (re, im) = parts(cx, x)?;
+    let nim = cx.un(O::Neg, im)?;
+    one(cx.bin(O::Complex, re, nim)?)
+}
+
+/// |x| of a complex tensor: √(re² + im²).
+pub fn complex_abs(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
+    let (re, im) = parts(cx, x)?;
+    let a = cx.bin(O::Mul, re, re)?;
+    let b = cx.bin(O::Mul, im, im)?;
+    let s = cx.bin(O::Add, a, b)?;
+    cx.un(O::Sqrt, s)
+}
+
+// ------------------------------------------------------------------------------------ FFT
+
+/// The transformed dims, normalized and checked distinct and static.
+fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
+    let r = cx.rank(x);
+    let mut out = Vec::new();
+    for d in cx.ints("dim")? {
+        let d = norm_dim(d, r)?;
+        if out.contains(&d) {
+            return err(format!("fft dim {d} given twice"));
+        }
+        if cx.dims(x)[d].as_static().is_none() {
+            return err("an FFT over a symbolic dim is not supported");
+        }
+        out.push(d);
+    }
+    if out.is_empty() {
+        return err("an FFT needs at least one dim");
+    }
+    Ok(out)
+}
+
+/// `x` with `dims` moved last (in order), and the permutation that undoes it.
+fn to_end(cx: &mut Ctx, x: ValueId, dims: &[usize]) -> R<(ValueId, Option<Vec<i64>>)> {
+    let r = cx.rank(x);
+    let mut perm: Vec<i64> = (0..r as i64).filter(|d| !dims.contains(&(*d as usize))).collect();
+    perm.extend(dims.iter().map(|&d| d as i64));
+    if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+        return Ok((x, None));
+    }
+    let mut inv = vec![0i64; r];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p as usize] = i as i64;
+    }
+    Ok((cx.transpose(x, &perm)?, Some(inv)))
+}
+
+fn back(cx: &mut Ctx, y: ValueId, inv: Option<Vec<i64>>) -> R<ValueId> {
+    match inv {
+        Some(p) => cx.transpose(y, &p),
+        None => Ok(y),
+    }
+}
+
+fn fft_op(cx: &mut Ctx, x: ValueId, ty: FftType, length: Vec<i64>) -> R<ValueId> {
+    let attrs = Attrs::new().with("fft_type", Attr::Str(ty.name().into())).with("fft_length", Attr::Ints(length));
+    Ok(cx.b.build1(O::Fft, &[x], attrs, None)?)
+}
+
+/// Complex-to-complex transform along `dims` (XLA's inverse divides by their sizes).
+fn c2c_along(cx: &mut Ctx, x: ValueId, dims: &[usize], inverse: bool) -> R<ValueId> {
+    if dims.is_empty() {
+        return Ok(x);
+    }
+    if dims.len() > 3 {
+        let (head, tail) = dims.split_at(dims.len() - 3);
+        let y = c2c_along(cx, x, head, inverse)?;
+        return c2c_along(cx, y, tail, inverse);
+    }
+    let (m, inv) = to_end(cx, x, dims)?;
+    let sizes = cx.static_dims(m, "fft")?;
+    let len = sizes[sizes.len() - dims.len()..].to_vec();
+    let y = fft_op(cx, m, if inverse { FftType::Ifft } else { FftType::Fft }, len)?;
+    back(cx, y, inv)
+}
+
+/// Multiplies by `k` unless it is 1.
+fn scale(cx: &mut Ctx, x: ValueId, k: f64) -> R<ValueId> {
+    if k == 1.0 {
+        return Ok(x);
+    }
+    cx.bin_c(O::Mul, x, k)
+}
+
+/// The factor turning an unnormalized (forward) or XLA-normalized (inverse) transform of
+/// signal size `n` into ATen's `normalization`.
+fn norm_factor(cx: &Ctx, n: f64, inverse: bool) -> R<f64> {
+    let mode = cx.int_or("normalization", 0)?;
+    let wanted = match mode {
+        0 => 1.0,
+        1 => 1.0 / n.sqrt(),
+        2 => 1.0 / n,
+        m => return err(format!("unknown FFT normalization {m} (0 none, 1 by √n, 2 by n)")),
+    };
+    // XLA's inverse already divided by n.
+    Ok(if inverse { wanted * n } else { wanted })
+}
+
+fn signal_size(cx: &Ctx, x: ValueId, dims: &[usize]) -> f64 {
+    let d = cx.dims(x);
+    dims.iter().map(|&i| d[i].as_static().unwrap_or(1) as f64).product()
+}
+
+fn fft_r2c(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    if cx.dtype(x).complex_of().is_none() {
+        return err(format!("an FFT needs f32 or f64 input, got {}", cx.ty(x)));
+    }
+    let dims = fft_dims(cx, x)?;
+    let onesided = cx.bool_or("onesided", true)?;
+    let n = signal_size(cx, x, &dims);
+    let y = if onesided {
+        let (&last, rest) = dims.split_last().ok_or("no fft dims")?;
+        let (m, inv) = to_end(cx, x, &[last])?;
+        let len = *cx.static_dims(m, "fft")?.last().unwrap_or(&1);
+        let y = fft_op(cx, m, FftType::Rfft, vec![len])?;
+        let y = back(cx, y, inv)?;
+        c2c_along(cx, y, rest, false)?
+    } else {
+        let zero = cx.full_like(Scalar::Float(0.0), x)?;
+        let c = cx.bin(O::Complex, x, zero)?;
+        c2c_along(cx, c, &dims, false)?
+    };
+    let k = norm_factor(cx, n, false)?;
+    one(scale(cx, y, k)?)
+}
+
+fn fft_c2c(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return err(format!("_fft_c2c needs a complex input, got {}", cx.ty(x)));
+    }
+    let dims = fft_dims(cx, x)?;
+    let forward = cx.bool_or("forward", true)?;
+    let n = signal_size(cx, x, &dims);
+    let y = c2c_along(cx, x, &dims, !forward)?;
+    let k = norm_factor(cx, n, !forward)?;
+    one(scale(cx, y, k)?)
+}
+
+fn fft_c2r(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if !cx.dtype(x).is_complex() {
+        return err(format!("_fft_c2r needs a complex input, got {}", cx.ty(x)));
+    }
+    let dims = fft_dims(cx, x)?;
+    let out_len = cx.int("last_dim_size")?;
+    if out_len < 1 {
+        return err(format!("_fft_c2r last_dim_size {out_len} must be positive"));
+    }
+    let (&last, rest) = dims.split_last().ok_or("no fft dims")?;
+    let n = signal_size(cx, x, rest) * out_len as f64;
+    let y = c2c_along(cx, x, rest, true)?;
+    let (m, inv) = to_end(cx, y, &[last])?;
+    // The half spectrum has out_len/2 + 1 entries: cut or zero-pad to that.
+    let want = out_len / 2 + 1;
+    let have = *cx.static_dims(m, "fft")?.last().unwrap_or(&1);
+    let r = cx.rank(m);
+    let m = if have > want {
+        super::shape::slice_static(cx, m, r - 1, 0, want, 1)?
+    } else if have < want {
+        let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(m))?;
+        let mut hi = vec![0i64; r];
+        hi[r - 1] = want - have;
+        cx.b.pad(m, zero, &vec![0; r], &hi, &vec![0; r])?
+    } else {
+        m
+    };
+    let y = fft_op(cx, m, FftType::Irfft, vec![out_len])?;
+    let y = back(cx, y, inv)?;
+    let k = norm_factor(cx, n, true)?;
+    one(scale(cx, y, k)?)
+}

@@ -1,0 +1,108 @@
+"""Models built on complex numbers and the FFT, equal to eager through torch.compile and through
+the CLI (torch.export -> tpuc run): a Llama-style attention block with complex rotary
+embeddings (torch.polar / view_as_complex, as Meta's reference code writes them) and an
+FNet-style block (token mixing by a 2-D FFT, real part kept)."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TPUC = os.environ.get("TPUC_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
+                                                  "debug", "tpuc")
+
+
+def rope_freqs(dim: int, seq: int, theta: float = 10000.0) -> torch.Tensor:
+    inv = 1.0 / theta ** (torch.arange(0, dim, 2).float() / dim)
+    angles = torch.outer(torch.arange(seq).float(), inv)
+    return torch.polar(torch.ones_like(angles), angles)  # complex64 [seq, dim/2]
+
+
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    out = torch.view_as_real(xc * freqs[None, :, None, :]).flatten(3)
+    return out.type_as(x)
+
+
+class LlamaComplexRopeBlock(nn.Module):
+    def __init__(self, d=32, heads=4, seq=8):
+        super().__init__()
+        self.heads, self.hd = heads, d // heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.norm = nn.RMSNorm(d)
+        self.w1, self.w3 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.w2 = nn.Linear(2 * d, d, bias=False)
+        self.register_buffer("freqs", rope_freqs(self.hd, seq), persistent=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.norm(x)
+        q = self.wq(h).view(b, s, self.heads, self.hd)
+        k = self.wk(h).view(b, s, self.heads, self.hd)
+        v = self.wv(h).view(b, s, self.heads, self.hd)
+        freqs = self.freqs[:s]
+        q, k = apply_rope(q, freqs), apply_rope(k, freqs)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
+        h = self.norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class FNetBlock(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = self.ln1(x + torch.fft.fft2(x.to(torch.complex64)).real)
+        return self.ln2(x + self.ff(x))
+
+
+MODELS = {"llama_complex_rope": LlamaComplexRopeBlock, "fnet": FNetBlock}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_compile_matches_eager(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        want = model(x)
+        got = torch.compile(model, backend="tpuc", options={"strict": True})(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_gradients_match_eager(name):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    x = torch.randn(2, 8, 32)
+    model(x).square().mean().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch.compile(model, backend="tpuc", options={"strict": True})(x).square().mean().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5, msg=f"{name}: {n}")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_cli_runs_the_export_equal_to_eager(name, tmp_path):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        want = model(x)
+        ep = torch.export.export(model, (x,))
+    pt2 = str(tmp_path / "model.pt2")
+    torch.export.save(ep.run_decompositions(), pt2)
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "want.npy", want.numpy())
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--expect", str(tmp_path / "want.npy"),
+                        "--rtol", "1e-4", "--atol", "1e-4", "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
