@@ -492,6 +492,31 @@ fn infer(
             }
             one(ops[0].clone())
         }
+        Cholesky => {
+            need_float("cholesky", ops[0])?;
+            let r = ops[0].rank();
+            if r < 2 || ops[0].dims[r - 1] != ops[0].dims[r - 2] {
+                return fail(format!("cholesky needs square matrices in the trailing dims, got {}", ops[0]));
+            }
+            one(ops[0].clone())
+        }
+        TriangularSolve => {
+            need_float("triangular_solve", ops[0])?;
+            if ops[0].dtype != ops[1].dtype {
+                return fail(format!("triangular_solve operand types differ: {} and {}", ops[0], ops[1]));
+            }
+            let (a, b) = (ops[0], ops[1]);
+            let r = a.rank();
+            if r < 2 || b.rank() != r || a.dims[r - 1] != a.dims[r - 2] || a.dims[..r - 2] != b.dims[..r - 2] {
+                return fail(format!("triangular_solve needs a [..., n, n] and b [..., n, m] or [..., m, n] with equal batch dims, got {a} and {b}"));
+            }
+            let left = attrs.bool("left_side").unwrap_or(true);
+            let k = if left { r - 2 } else { r - 1 };
+            if b.dims[k] != a.dims[r - 1] {
+                return fail(format!("triangular_solve: {b} does not match the side of {a}"));
+            }
+            one(b.clone())
+        }
         Real | Imag => {
             if !ops[0].dtype.is_complex() {
                 return fail(format!("{opcode} needs a complex operand, got {}", ops[0]));

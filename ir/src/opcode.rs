@@ -317,6 +317,14 @@ ops! {
     Sort = "sort", Exactly(1), Exactly(2), [req("dimension", K::Int), req("descending", K::Bool)], PURE, 0;
     /// inclusive prefix reduction along `dimension` by `kind` (sum, prod, max, min)
     Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", SCAN_KIND)], PURE, 0;
+    /// Cholesky factor of the (batched) positive definite matrices of the trailing two dims,
+    /// read from and written to their `lower` (or upper) triangle; the other triangle of the
+    /// result is unspecified
+    Cholesky = "cholesky", Exactly(1), Exactly(1), [req("lower", K::Bool)], PURE, 0;
+    /// solves op(a)·x = b (`left_side`) or x·op(a) = b for x, a triangular (`lower`, with an
+    /// implicit unit diagonal when `unit_diagonal`), op the transpose when `transpose_a`; a is
+    /// [..., n, n] and b [..., n, m] (left) or [..., m, n], batch dims equal
+    TriangularSolve = "triangular_solve", Exactly(2), Exactly(1), [req("left_side", K::Bool), req("lower", K::Bool), req("unit_diagonal", K::Bool), req("transpose_a", K::Bool)], PURE, 0;
     /// discrete Fourier transform over the trailing `len(fft_length)` (1 to 3) dims: `fft` /
     /// `ifft` complex to complex (`ifft` divides by the size), `rfft` real to complex (last dim
     /// n/2+1), `irfft` complex to real (last dim `fft_length[-1]`, divided by the size)

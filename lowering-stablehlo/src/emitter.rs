@@ -599,6 +599,36 @@ impl<'m> Emitter<'m> {
         r
     }
 
+    /// `stablehlo.cholesky %a, lower = B : ty`
+    pub fn cholesky(&mut self, a: V, lower: bool, ty: &Ty) -> V {
+        let r = self.def();
+        self.out.push_str("stablehlo.cholesky ");
+        self.val(a);
+        let _ = write!(self.out, ", lower = {lower} : ");
+        self.ty(ty);
+        self.end();
+        r
+    }
+
+    /// `stablehlo.triangular_solve` (generic form); `flags` are left_side, lower,
+    /// unit_diagonal and transpose_a.
+    pub fn triangular_solve(&mut self, a: V, b: V, flags: [bool; 4], a_ty: &Ty, b_ty: &Ty) -> V {
+        let [left, lower, unit, transpose] = flags;
+        let r = self.def();
+        self.out.push_str("\"stablehlo.triangular_solve\"(");
+        self.val(a);
+        self.out.push_str(", ");
+        self.val(b);
+        let t = if transpose { "TRANSPOSE" } else { "NO_TRANSPOSE" };
+        let _ = write!(
+            self.out,
+            ") {{left_side = {left}, lower = {lower}, unit_diagonal = {unit}, transpose_a = #stablehlo<transpose {t}>}} : "
+        );
+        self.fn_ty(&[a_ty, b_ty], b_ty);
+        self.end();
+        r
+    }
+
     /// `stablehlo.fft %x, type = T, length = [..] : (in) -> out`
     pub fn fft(&mut self, x: V, fft_type: &str, length: &[i64], in_ty: &Ty, out_ty: &Ty) -> V {
         let r = self.def();

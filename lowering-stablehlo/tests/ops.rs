@@ -80,6 +80,14 @@ fn cases() -> Vec<(String, String)> {
          %9 = mul %2, %3 : tensor<3x8xc64>\n\
          return %6, %7, %8, %9",
     );
+    add(
+        "cholesky_triangular_solve",
+        "%0: tensor<2x4x4xf32>, %1: tensor<2x4x3xf32>, %2: tensor<2x3x4xf32>",
+        "%3 = cholesky %0 {lower = true} : tensor<2x4x4xf32>\n\
+         %4 = triangular_solve %3, %1 {left_side = true, lower = true, unit_diagonal = false, transpose_a = true} : tensor<2x4x3xf32>\n\
+         %5 = triangular_solve %3, %2 {left_side = false, lower = false, unit_diagonal = true, transpose_a = false} : tensor<2x3x4xf32>\n\
+         return %4, %5",
+    );
     add("abs_sign_neg_int", "%0: tensor<4xi32>", "%1 = abs %0 : tensor<4xi32>\n%2 = sign %1 : tensor<4xi32>\n%3 = neg %2 : tensor<4xi32>\nreturn %3");
     add(
         "abs_sign_unsigned",

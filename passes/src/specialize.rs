@@ -123,6 +123,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
             (Propagates, "elementwise; operands' padded dims must agree")
         }
         Fft => (Conditional, "transformed (trailing) dims not padded"),
+        Cholesky | TriangularSolve => (Conditional, "matrix (trailing two) dims not padded"),
         BroadcastInDim => (Propagates, "broadcast dims become uniform"),
         Transpose => (Propagates, "permutes the layouts"),
         Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
@@ -794,6 +795,15 @@ impl<'a> Sp<'a> {
                 (vec![ins[0], idx, ins[2]], vec![lays[0].clone()])
             }
             SelectAndScatterAdd => return Err(self.fail("max-pool gradient over a padded dim")),
+            Cholesky | TriangularSolve => {
+                for (k, l) in lays.iter().enumerate() {
+                    let r = l.len();
+                    if let Some(i) = (r.saturating_sub(2)..r).find(|&i| !l[i].is_exact()) {
+                        return Err(self.fail(format!("factors or solves over {}", self.padded_dim_note(d.operands[k], i))));
+                    }
+                }
+                (ins, vec![lays[lays.len() - 1].clone()])
+            }
             Fft => {
                 let k = a.ints("fft_length").map_or(1, |l| l.len());
                 let r = rank(0);

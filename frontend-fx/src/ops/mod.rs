@@ -19,6 +19,7 @@ pub mod nn;
 pub mod order;
 pub mod reduce;
 pub mod shape;
+pub mod solve;
 pub mod sym;
 
 use crate::dtypes::{self, Participant};
@@ -179,12 +180,13 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 11] = [
+        let tables: [&[(&str, OpFn)]; 12] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
             order::OPS,
             complex::OPS,
+            solve::OPS,
             nn::OPS,
             index::OPS,
             creation::OPS,

@@ -1,0 +1,185 @@
+//! Linear systems through StableHLO's native factorization ops: `linalg_cholesky_ex`,
+//! `cholesky_solve`, `cholesky_inverse`, `linalg_solve_triangular` and `triangular_solve`.
+//!
+//! Matrices are the trailing two dims; leading (batch) dims broadcast between the operands as
+//! in ATen. `cholesky` leaves the unused triangle unspecified, so the factor is masked to its
+//! triangle. `info` of `linalg_cholesky_ex` is 0, or the 1-based order of the first leading
+//! minor whose pivot is not positive and finite (XLA fills the factor with NaN from there).
+
+use super::*;
+use Opcode as O;
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("linalg_cholesky_ex.default", cholesky_ex),
+    ("cholesky_solve.default", cholesky_solve),
+    ("cholesky_inverse.default", cholesky_inverse),
+    ("linalg_solve_triangular.default", solve_triangular),
+    ("triangular_solve.default", triangular_solve),
+];
+
+/// Checks `a` is a float matrix stack [..., n, n] of static matrix dims; returns n.
+fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
+    let d = cx.dims(a);
+    let r = d.len();
+    if r < 2 || !cx.dtype(a).is_float() {
+        return err(format!("{what} needs float matrices [..., n, n], got {}", cx.ty(a)));
+    }
+    match (&d[r - 2], &d[r - 1]) {
+        (Dim::Static(n), Dim::Static(m)) if n == m => Ok(*n),
+        _ => err(format!("{what} needs square matrices of static size, got {}", cx.ty(a))),
+    }
+}
+
+/// True on the lower (or upper) triangle of the trailing [n, n], diagonal included.
+fn triangle(cx: &mut Ctx, dims: &[Dim], lower: bool) -> R<ValueId> {
+    let r = dims.len();
+    let i = cx.iota(DType::I64, dims, r - 2)?;
+    let j = cx.iota(DType::I64, dims, r - 1)?;
+    cx.cmp(if lower { Direction::Ge } else { Direction::Le }, i, j)
+}
+
+/// Swaps the trailing two dims.
+fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
+    let r = cx.rank(a) as i64;
+    let mut p: Vec<i64> = (0..r).collect();
+    p.swap(r as usize - 1, r as usize - 2);
+    cx.transpose(a, &p)
+}
+
+/// `a` and `b` with their batch dims broadcast to a common shape (matrix dims kept).
+fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
+    let (da, db) = (cx.dims(a), cx.dims(b));
+    let (ba, bb) = (&da[..da.len() - 2], &db[..db.len() - 2]);
+    let batch = tpuc_ir::infer::broadcast_shapes(ba, bb)?;
+    let grow = |cx: &mut Ctx, v: ValueId, d: &[Dim]| -> R<ValueId> {
+        let mut full = batch.clone();
+        full.extend_from_slice(&d[d.len() - 2..]);
+        if full == d {
+            return Ok(v);
+        }
+        cx.broadcast_to(v, &full)
+    };
+    Ok((grow(cx, a, &da)?, grow(cx, b, &db)?))
+}
+
+fn tri_solve(cx: &mut Ctx, a: ValueId, b: ValueId, flags: [bool; 4]) -> R<ValueId> {
+    let [left, lower, unit, transpose] = flags;
+    let attrs = Attrs::new()
+        .with("left_side", Attr::Bool(left))
+        .with("lower", Attr::Bool(lower))
+        .with("unit_diagonal", Attr::Bool(unit))
+        .with("transpose_a", Attr::Bool(transpose));
+    Ok(cx.b.build1(O::TriangularSolve, &[a, b], attrs, None)?)
+}
+
+/// The lower Cholesky factor L (A = L·Lᵀ), masked to its triangle.
+fn cholesky_lower(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
+    let l = cx.b.build1(O::Cholesky, &[a], Attrs::new().with("lower", Attr::Bool(true)), None)?;
+    let dims = cx.dims(l);
+    let keep = triangle(cx, &dims, true)?;
+    let z = cx.full_like(Scalar::Float(0.0), l)?;
+    cx.select(keep, l, z)
+}
+
+fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    let n = square(cx, a, "linalg_cholesky_ex")?;
+    let upper = cx.bool_or("upper", false)?;
+    let l = cholesky_lower(cx, a)?;
+    let info = if cx.used(1) && n > 0 {
+        // The diagonal of L: the pivots.
+        let dims = cx.dims(l);
+        let r = dims.len();
+        let eye = {
+            let i = cx.iota(DType::I64, &dims, r - 2)?;
+            let j = cx.iota(DType::I64, &dims, r - 1)?;
+            cx.cmp(Direction::Eq, i, j)?
+        };
+        let z = cx.full_like(Scalar::Float(0.0), l)?;
+        let diag = cx.select(eye, l, z)?;
+        let piv = cx.reduce(diag, ReduceKind::Sum, &[r - 1], false)?;
+        let fin = cx.un(O::IsFinite, piv)?;
+        let zp = cx.full_like(Scalar::Float(0.0), piv)?;
+        let pos = cx.cmp(Direction::Gt, piv, zp)?;
+        let good = cx.bin(O::And, fin, pos)?;
+        let pd = cx.dims(piv);
+        let order = cx.iota(DType::I32, &pd, pd.len() - 1)?;
+        let order = cx.bin_c(O::Add, order, 1.0)?;
+        let none = cx.full_like(Scalar::Int(n + 1), order)?;
+        let first = cx.select(good, none, order)?;
+        let first = cx.reduce(first, ReduceKind::Min, &[pd.len() - 1], false)?;
+        let big = cx.full_like(Scalar::Int(n + 1), first)?;
+        let ok = cx.cmp(Direction::Eq, first, big)?;
+        let zero = cx.full_like(Scalar::Int(0), first)?;
+        Val::Tensor(cx.select(ok, zero, first)?)
+    } else if cx.used(1) {
+        let mut bd = cx.dims(a);
+        bd.truncate(bd.len() - 2);
+        Val::Tensor(cx.full(Scalar::Int(0), DType::I32, &bd)?)
+    } else {
+        Val::Absent
+    };
+    let l = if upper { mt(cx, l)? } else { l };
+    Ok(vec![Val::Tensor(l), info])
+}
+
+/// Solves (L·Lᵀ)·X = B, or (Uᵀ·U)·X = B with `upper`, for the factor `f`.
+fn solve_with_factor(cx: &mut Ctx, b: ValueId, f: ValueId, upper: bool) -> R<ValueId> {
+    let (f, b) = broadcast_batch(cx, f, b)?;
+    // lower: L·Y = B, then Lᵀ·X = Y; upper: Uᵀ·Y = B, then U·X = Y.
+    let y = tri_solve(cx, f, b, [true, !upper, false, upper])?;
+    tri_solve(cx, f, y, [true, !upper, false, !upper])
+}
+
+fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
+    let b = cx.t("self")?;
+    let f = cx.t("input2")?;
+    square(cx, f, "cholesky_solve")?;
+    let upper = cx.bool_or("upper", false)?;
+    let dt = cx.result_type(&[Operand::T(b), Operand::T(f)])?;
+    let (b, f) = (cx.convert(b, dt)?, cx.convert(f, dt)?);
+    one(solve_with_factor(cx, b, f, upper)?)
+}
+
+fn cholesky_inverse(cx: &mut Ctx) -> R<Vec<Val>> {
+    let f = cx.t("self")?;
+    let n = square(cx, f, "cholesky_inverse")?;
+    let upper = cx.bool_or("upper", false)?;
+    let dims = cx.dims(f);
+    let r = dims.len();
+    let i = cx.iota(DType::I64, &dims, r - 2)?;
+    let j = cx.iota(DType::I64, &dims, r - 1)?;
+    let on = cx.cmp(Direction::Eq, i, j)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), f)?;
+    let zero = cx.full_like(Scalar::Float(0.0), f)?;
+    let eye = cx.select(on, one_v, zero)?;
+    let _ = n;
+    one(solve_with_factor(cx, eye, f, upper)?)
+}
+
+/// `linalg_solve_triangular(A, B, upper, left, unitriangular)`: A·X = B (left) or X·A = B.
+fn solve_triangular(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    let b = cx.t("B")?;
+    square(cx, a, "linalg_solve_triangular")?;
+    let upper = cx.bool_or("upper", false)?;
+    let left = cx.bool_or("left", true)?;
+    let unit = cx.bool_or("unitriangular", false)?;
+    let dt = cx.result_type(&[Operand::T(a), Operand::T(b)])?;
+    let (a, b) = (cx.convert(a, dt)?, cx.convert(b, dt)?);
+    let (a, b) = broadcast_batch(cx, a, b)?;
+    one(tri_solve(cx, a, b, [left, !upper, unit, false])?)
+}
+
+/// `triangular_solve(b, A, upper, transpose, unitriangular)` -> (X, A).
+fn triangular_solve(cx: &mut Ctx) -> R<Vec<Val>> {
+    let b = cx.t("self")?;
+    let a = cx.t("A")?;
+    square(cx, a, "triangular_solve")?;
+    let upper = cx.bool_or("upper", true)?;
+    let transpose = cx.bool_or("transpose", false)?;
+    let unit = cx.bool_or("unitriangular", false)?;
+    let (a2, b2) = broadcast_batch(cx, a, b)?;
+    let x = tri_solve(cx, a2, b2, [true, !upper, unit, transpose])?;
+    Ok(vec![Val::Tensor(x), Val::Tensor(a2)])
+}
