@@ -798,3 +798,32 @@ def test_max_reductions_and_pooling_propagate_nan_as_eager():
             torch.testing.assert_close(g, w, equal_nan=True)
         else:
             assert torch.equal(g, w)
+
+
+def test_linear_algebra_matches_eager_and_raises_where_eager_raises():
+    """LU-based solves, inverses and determinants, Cholesky and triangular solves; a singular or
+    non positive-definite input raises torch's LinAlgError from the compiled call too (the
+    kernels' error checks run on the host)."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 5, 5)
+    spd = a @ a.mT + 5 * torch.eye(5)
+    b = torch.randn(3, 5, 2)
+
+    def f(a, spd, b):
+        l = torch.linalg.cholesky(spd)
+        return (torch.linalg.solve(a, b), torch.linalg.inv(a), torch.linalg.det(a), *torch.linalg.slogdet(a),
+                l, torch.cholesky_solve(b, l), torch.linalg.solve_triangular(l, b, upper=False),
+                *torch.linalg.lu(a), *torch.linalg.lu_factor(a))
+
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(a, spd, b)
+    want = f(a, spd, b)
+    for g, w in zip(got, want):
+        if w.is_floating_point():
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        else:
+            assert torch.equal(g, w)
+    singular = torch.zeros(2, 4, 4)
+    for op in (torch.linalg.inv, torch.linalg.cholesky):
+        torch._dynamo.reset()
+        with pytest.raises(torch.linalg.LinAlgError):
+            torch.compile(op, backend="tpuc", options={"strict": True})(singular)

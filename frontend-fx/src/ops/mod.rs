@@ -15,6 +15,7 @@ pub mod creation;
 pub mod elementwise;
 pub mod index;
 pub mod linalg;
+pub mod lu;
 pub mod nn;
 pub mod order;
 pub mod reduce;
@@ -180,13 +181,14 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 12] = [
+        let tables: [&[(&str, OpFn)]; 13] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
             order::OPS,
             complex::OPS,
             solve::OPS,
+            lu::OPS,
             nn::OPS,
             index::OPS,
             creation::OPS,
