@@ -12,6 +12,7 @@
 pub mod backward;
 pub mod complex;
 pub mod creation;
+pub mod distance;
 pub mod elementwise;
 pub mod index;
 pub mod linalg;
@@ -181,7 +182,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 13] = [
+        let tables: [&[(&str, OpFn)]; 14] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -189,6 +190,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             complex::OPS,
             solve::OPS,
             lu::OPS,
+            distance::OPS,
             nn::OPS,
             index::OPS,
             creation::OPS,
