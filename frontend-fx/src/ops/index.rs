@@ -24,6 +24,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_unsafe_index.Tensor", index_tensor),
     ("index_put.default", index_put),
     ("masked_scatter.default", masked_scatter),
+    ("put.default", put),
+    ("nonzero_static.default", nonzero_static),
     ("_unsafe_index_put.default", index_put),
     ("index_add.default", index_add),
     ("index_reduce.default", index_reduce),
@@ -647,4 +649,83 @@ fn masked_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = super::shape::take_along(cx, flat_src, 0, at)?;
     let g = cx.reshape(g, shape)?;
     one(cx.select(mb, g, x)?)
+}
+
+/// `put`: `self` flattened, `source` written (or added) at `index` (negative from the end).
+fn put(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let idx = cx.t("index")?;
+    let src = cx.t("source")?;
+    let accumulate = cx.bool_or("accumulate", false)?;
+    let Some(n) = cx.ty(x).num_elements() else { return err("put needs a static shape") };
+    let Some(k) = cx.ty(idx).num_elements() else { return err("put needs a static index") };
+    if cx.ty(src).num_elements() != Some(k) {
+        return err(format!("put: source {} and index {} differ in size", cx.ty(src), cx.ty(idx)));
+    }
+    let shape = cx.dims(x);
+    let flat = cx.reshape(x, vec![Dim::Static(n)])?;
+    if k == 0 {
+        return one(x);
+    }
+    let i = cx.reshape(idx, vec![Dim::Static(k)])?;
+    let i = cx.convert(i, DType::I64)?;
+    let zero = cx.full_like(Scalar::Int(0), i)?;
+    let neg = cx.cmp(Direction::Lt, i, zero)?;
+    let wrapped = cx.bin_c(O::Add, i, n as f64)?;
+    let i = cx.select(neg, wrapped, i)?;
+    let coords = cx.reshape(i, vec![Dim::Static(k), Dim::Static(1)])?;
+    let s = cx.reshape(src, vec![Dim::Static(k)])?;
+    let s = cx.convert(s, cx.dtype(x))?;
+    let r = elementwise_scatter(cx, flat, coords, s, if accumulate { "add" } else { "replace" })?;
+    one(cx.reshape(r, shape)?)
+}
+
+/// `nonzero_static`: the coordinates [size, rank] of the first `size` nonzero elements in
+/// row-major order, rows past the count filled with `fill_value`. Slot s holds the element
+/// whose running count of nonzeros first reaches s + 1: the number of positions whose count
+/// is at most s.
+fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let size = cx.int("size")?;
+    let fill = cx.int_or("fill_value", -1)?;
+    let dims = cx.static_dims(x, "nonzero_static")?;
+    let r = dims.len();
+    let n: i64 = dims.iter().product();
+    if size < 0 {
+        return err(format!("nonzero_static size {size} must be non-negative"));
+    }
+    table_size(&[size.max(1), n.max(1)], "nonzero_static comparison table")?;
+    if size == 0 || n == 0 {
+        return one(cx.full(Scalar::Int(fill), DType::I64, &[Dim::Static(size), Dim::Static(r as i64)])?);
+    }
+    let nz = cx.truthy(x)?;
+    let flat = cx.reshape(nz, vec![Dim::Static(n)])?;
+    let ones = cx.convert(flat, DType::I64)?;
+    let run = super::reduce::scan(cx, ones, 0, "sum")?; // [n]
+    let table = [Dim::Static(size), Dim::Static(n)];
+    let run_b = cx.b.broadcast_in_dim(run, &[1], table.to_vec())?;
+    let slot = cx.iota(DType::I64, &table, 0)?;
+    let le = cx.cmp(Direction::Le, run_b, slot)?;
+    let le = cx.convert(le, DType::I64)?;
+    let pos = cx.reduce(le, ReduceKind::Sum, &[1], false)?; // [size]: flat position, n when none
+    // Unravel into coordinates [size, rank].
+    let mut cols = Vec::with_capacity(r.max(1));
+    let mut stride = n;
+    for &d in &dims {
+        stride /= d.max(1);
+        let q = cx.bin_c(O::Div, pos, stride.max(1) as f64)?;
+        let dv = cx.full_like(Scalar::Int(d.max(1)), q)?;
+        let c = cx.bin(O::Rem, q, dv)?;
+        cols.push(cx.reshape(c, vec![Dim::Static(size), Dim::Static(1)])?);
+    }
+    let coords = if r == 0 {
+        cx.full(Scalar::Int(0), DType::I64, &[Dim::Static(size), Dim::Static(0)])?
+    } else {
+        super::shape::cat_v(cx, &cols, 1)?
+    };
+    let nv = cx.full(Scalar::Int(n), DType::I64, &[Dim::Static(size)])?;
+    let none = cx.cmp(Direction::Ge, pos, nv)?;
+    let none = cx.b.broadcast_in_dim(none, &[0], vec![Dim::Static(size), Dim::Static(r as i64)])?;
+    let f = cx.full_like(Scalar::Int(fill), coords)?;
+    one(cx.select(none, f, coords)?)
 }
