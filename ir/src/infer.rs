@@ -517,6 +517,39 @@ fn infer(
             }
             one(b.clone())
         }
+        Qr => {
+            need_float("qr", ops[0])?;
+            let r = ops[0].rank();
+            if r < 2 {
+                return fail(format!("qr needs matrices [..., m, n], got {}", ops[0]));
+            }
+            let (m, n) = (dim_static(&ops[0].dims[r - 2], "qr rows")?, dim_static(&ops[0].dims[r - 1], "qr columns")?);
+            let mut tau = ops[0].dims[..r - 2].to_vec();
+            tau.push(Dim::Static(m.min(n)));
+            Ok(Some(vec![ops[0].clone(), TensorType::new(ops[0].dtype, tau)]))
+        }
+        HouseholderProduct => {
+            need_float("householder_product", ops[0])?;
+            let (a, t) = (ops[0], ops[1]);
+            let r = a.rank();
+            if r < 2 || t.rank() != r - 1 || a.dtype != t.dtype || a.dims[..r - 2] != t.dims[..r - 2] {
+                return fail(format!("householder_product needs a [..., m, n] and tau [..., k] of one type, got {a} and {t}"));
+            }
+            let (m, n, k) = (dim_static(&a.dims[r - 2], "rows")?, dim_static(&a.dims[r - 1], "columns")?, dim_static(&t.dims[r - 2], "tau")?);
+            if n > m || k > n {
+                return fail(format!("householder_product needs k <= n <= m, got {a} and {t}"));
+            }
+            one(a.clone())
+        }
+        Eigh => {
+            need_float("eigh", ops[0])?;
+            let r = ops[0].rank();
+            if r < 2 || ops[0].dims[r - 1] != ops[0].dims[r - 2] {
+                return fail(format!("eigh needs square matrices, got {}", ops[0]));
+            }
+            let vals = TensorType::new(ops[0].dtype, ops[0].dims[..r - 1].iter().cloned());
+            Ok(Some(vec![ops[0].clone(), vals]))
+        }
         Real | Imag => {
             if !ops[0].dtype.is_complex() {
                 return fail(format!("{opcode} needs a complex operand, got {}", ops[0]));

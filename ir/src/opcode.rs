@@ -325,6 +325,17 @@ ops! {
     /// implicit unit diagonal when `unit_diagonal`), op the transpose when `transpose_a`; a is
     /// [..., n, n] and b [..., n, m] (left) or [..., m, n], batch dims equal
     TriangularSolve = "triangular_solve", Exactly(2), Exactly(1), [req("left_side", K::Bool), req("lower", K::Bool), req("unit_diagonal", K::Bool), req("transpose_a", K::Bool)], PURE, 0;
+    /// Householder QR of [..., m, n]: R on and above the diagonal, the reflectors' vectors below
+    /// it (unit leading entry implied), and their scales τ [..., min(m, n)] (LAPACK's geqrf);
+    /// XLA expands it (custom call `Qr`)
+    Qr = "qr", Exactly(1), Exactly(2), [], PURE, 0;
+    /// the product of the elementary reflectors (a [..., m, n], τ [..., k]) as [..., m, n]
+    /// (LAPACK's orgqr; XLA's custom call `ProductOfElementaryHouseholderReflectors`)
+    HouseholderProduct = "householder_product", Exactly(2), Exactly(1), [], PURE, 0;
+    /// eigenvectors [..., n, n] (columns) and ascending eigenvalues [..., n] of symmetric
+    /// matrices, read from the `lower` (or upper) triangle; XLA's Jacobi expansion (custom
+    /// call `Eigh`)
+    Eigh = "eigh", Exactly(1), Exactly(2), [req("lower", K::Bool)], PURE, 0;
     /// discrete Fourier transform over the trailing `len(fft_length)` (1 to 3) dims: `fft` /
     /// `ifft` complex to complex (`ifft` divides by the size), `rfft` real to complex (last dim
     /// n/2+1), `irfft` complex to real (last dim `fft_length[-1]`, divided by the size)

@@ -599,6 +599,40 @@ impl<'m> Emitter<'m> {
         r
     }
 
+    /// `stablehlo.custom_call @target(args) {backend_config = ..} : (args) -> (results)`, the
+    /// results numbered `%N#i` (a single result too); returns N.
+    pub fn custom_call(&mut self, target: &str, args: &[V], arg_tys: &[Ty], results: &[&Ty], config: Option<&str>) -> u32 {
+        let n = self.def_multi(results.len());
+        let _ = write!(self.out, "stablehlo.custom_call @{target}(");
+        for (i, &a) in args.iter().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.val(a);
+        }
+        self.out.push(')');
+        if let Some(c) = config {
+            let _ = write!(self.out, " {{backend_config = \"{c}\"}}");
+        }
+        self.out.push_str(" : (");
+        for (i, t) in arg_tys.iter().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.ty(t);
+        }
+        self.out.push_str(") -> (");
+        for (i, t) in results.iter().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.ty(t);
+        }
+        self.out.push(')');
+        self.end();
+        n
+    }
+
     /// `stablehlo.cholesky %a, lower = B : ty`
     pub fn cholesky(&mut self, a: V, lower: bool, ty: &Ty) -> V {
         let r = self.def();

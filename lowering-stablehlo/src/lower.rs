@@ -100,6 +100,23 @@ impl Emitter<'_> {
                 &ts[0],
                 &rt,
             )],
+            Qr => {
+                let t1 = self.ty_of(d.results[1]);
+                let n = self.custom_call("Qr", &xs, &ts, &[&rt, &t1], None);
+                smallvec![V::Res(n, 0), V::Res(n, 1)]
+            }
+            HouseholderProduct => {
+                let n = self.custom_call("ProductOfElementaryHouseholderReflectors", &xs, &ts, &[&rt], None);
+                smallvec![V::Res(n, 0)]
+            }
+            Eigh => {
+                let t1 = self.ty_of(d.results[1]);
+                // lower, sort_eigenvalues, max sweeps, tolerance (XLA's Jacobi defaults).
+                let lower = a.bool("lower").unwrap_or(true);
+                let cfg = format!("{},1,100,1e-6", u8::from(lower));
+                let n = self.custom_call("Eigh", &xs, &ts, &[&rt, &t1], Some(&cfg));
+                smallvec![V::Res(n, 0), V::Res(n, 1)]
+            }
             Real => smallvec![self.unary_to("real", xs[0], &ts[0], &rt)],
             Imag => smallvec![self.unary_to("imag", xs[0], &ts[0], &rt)],
             Complex => smallvec![self.complex(xs[0], xs[1], &ts[0], &rt)],

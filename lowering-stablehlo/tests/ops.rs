@@ -88,6 +88,14 @@ fn cases() -> Vec<(String, String)> {
          %5 = triangular_solve %3, %2 {left_side = false, lower = false, unit_diagonal = true, transpose_a = false} : tensor<2x3x4xf32>\n\
          return %4, %5",
     );
+    add(
+        "qr_householder_eigh",
+        "%0: tensor<2x5x3xf32>, %1: tensor<4x4xf64>",
+        "%2, %3 = qr %0 : tensor<2x5x3xf32>, tensor<2x3xf32>\n\
+         %4 = householder_product %2, %3 : tensor<2x5x3xf32>\n\
+         %5, %6 = eigh %1 {lower = true} : tensor<4x4xf64>, tensor<4xf64>\n\
+         return %4, %5, %6",
+    );
     add("abs_sign_neg_int", "%0: tensor<4xi32>", "%1 = abs %0 : tensor<4xi32>\n%2 = sign %1 : tensor<4xi32>\n%3 = neg %2 : tensor<4xi32>\nreturn %3");
     add(
         "abs_sign_unsigned",

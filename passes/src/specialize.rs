@@ -123,7 +123,9 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
             (Propagates, "elementwise; operands' padded dims must agree")
         }
         Fft => (Conditional, "transformed (trailing) dims not padded"),
-        Cholesky | TriangularSolve => (Conditional, "matrix (trailing two) dims not padded"),
+        Cholesky | TriangularSolve | Qr | HouseholderProduct | Eigh => {
+            (Conditional, "matrix (trailing two) dims not padded")
+        }
         BroadcastInDim => (Propagates, "broadcast dims become uniform"),
         Transpose => (Propagates, "permutes the layouts"),
         Reshape => (Conditional, "regroups factors; a padded factor cannot be split"),
@@ -795,14 +797,29 @@ impl<'a> Sp<'a> {
                 (vec![ins[0], idx, ins[2]], vec![lays[0].clone()])
             }
             SelectAndScatterAdd => return Err(self.fail("max-pool gradient over a padded dim")),
-            Cholesky | TriangularSolve => {
+            Cholesky | TriangularSolve | Qr | HouseholderProduct | Eigh => {
                 for (k, l) in lays.iter().enumerate() {
                     let r = l.len();
                     if let Some(i) = (r.saturating_sub(2)..r).find(|&i| !l[i].is_exact()) {
                         return Err(self.fail(format!("factors or solves over {}", self.padded_dim_note(d.operands[k], i))));
                     }
                 }
-                (ins, vec![lays[lays.len() - 1].clone()])
+                // Batch dims keep their layouts; each result drops to its own rank.
+                let batch = &lays[lays.len() - 1];
+                let outs = d
+                    .results
+                    .iter()
+                    .map(|&v| {
+                        let r = old.values[v].ty.rank();
+                        let mut l: Vec<DimLayout> = batch[..batch.len().min(r)].to_vec();
+                        l.resize(r, DimLayout::Exact);
+                        for x in l.iter_mut().skip(batch.len().saturating_sub(2)) {
+                            *x = DimLayout::Exact;
+                        }
+                        l
+                    })
+                    .collect();
+                (ins, outs)
             }
             Fft => {
                 let k = a.ints("fft_length").map_or(1, |l| l.len());

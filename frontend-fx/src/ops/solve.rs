@@ -1,5 +1,7 @@
-//! Linear systems through StableHLO's native factorization ops: `linalg_cholesky_ex`,
-//! `cholesky_solve`, `cholesky_inverse`, `linalg_solve_triangular` and `triangular_solve`.
+//! Linear algebra through StableHLO's native factorization ops and XLA's expanded custom
+//! calls: `linalg_cholesky_ex`, `cholesky_solve`, `cholesky_inverse`, `linalg_solve_triangular`,
+//! `triangular_solve`; Householder QR (`linalg_qr`, `geqrf`, `linalg_householder_product`,
+//! `ormqr`) and the symmetric eigendecomposition (`_linalg_eigh`, Jacobi).
 //!
 //! Matrices are the trailing two dims; leading (batch) dims broadcast between the operands as
 //! in ATen. `cholesky` leaves the unused triangle unspecified, so the factor is masked to its
@@ -15,6 +17,11 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("cholesky_inverse.default", cholesky_inverse),
     ("linalg_solve_triangular.default", solve_triangular),
     ("triangular_solve.default", triangular_solve),
+    ("linalg_qr.default", linalg_qr),
+    ("geqrf.default", geqrf),
+    ("linalg_householder_product.default", householder_product),
+    ("ormqr.default", ormqr),
+    ("_linalg_eigh.default", eigh),
 ];
 
 /// Checks `a` is a float matrix stack [..., n, n] of static matrix dims; returns n.
@@ -182,4 +189,137 @@ fn triangular_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let (a2, b2) = broadcast_batch(cx, a, b)?;
     let x = tri_solve(cx, a2, b2, [true, !upper, unit, transpose])?;
     Ok(vec![Val::Tensor(x), Val::Tensor(a2)])
+}
+
+fn float_matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
+    let d = cx.dims(a);
+    let r = d.len();
+    if r < 2 || !cx.dtype(a).is_float() {
+        return err(format!("{what} needs float matrices [..., m, n], got {}", cx.ty(a)));
+    }
+    match (d[r - 2].as_static(), d[r - 1].as_static()) {
+        (Some(m), Some(n)) => Ok((m, n)),
+        _ => err(format!("{what} needs matrices of static size, got {}", cx.ty(a))),
+    }
+}
+
+fn qr_v(cx: &mut Ctx, a: ValueId) -> R<(ValueId, ValueId)> {
+    match cx.b.build(O::Qr, &[a], Attrs::new(), None)?.as_slice() {
+        [p, t] => Ok((*p, *t)),
+        _ => err("internal: qr results"),
+    }
+}
+
+fn reflectors(cx: &mut Ctx, a: ValueId, tau: ValueId) -> R<ValueId> {
+    Ok(cx.b.build1(O::HouseholderProduct, &[a, tau], Attrs::new(), None)?)
+}
+
+/// `a` [..., m, n] with `cols` columns (zero-padded or cut).
+fn with_cols(cx: &mut Ctx, a: ValueId, cols: i64) -> R<ValueId> {
+    let d = cx.dims(a);
+    let r = d.len();
+    let n = d[r - 1].as_static().unwrap_or(cols);
+    if n == cols {
+        return Ok(a);
+    }
+    if n > cols {
+        return super::shape::slice_static(cx, a, r - 1, 0, cols, 1);
+    }
+    let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(a))?;
+    let mut hi = vec![0i64; r];
+    hi[r - 1] = cols - n;
+    Ok(cx.b.pad(a, zero, &vec![0; r], &hi, &vec![0; r])?)
+}
+
+/// The full m×m Q of packed reflectors `p` [..., m, n] and `tau` [..., k].
+fn full_q(cx: &mut Ctx, p: ValueId, tau: ValueId, m: i64) -> R<ValueId> {
+    let pm = with_cols(cx, p, m)?;
+    let tr = cx.rank(tau);
+    let k = cx.dims(tau)[tr - 1].as_static().unwrap_or(0);
+    let tau = if k < m {
+        let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(tau))?;
+        let mut hi = vec![0i64; tr];
+        hi[tr - 1] = m - k;
+        cx.b.pad(tau, zero, &vec![0; tr], &hi, &vec![0; tr])?
+    } else {
+        tau
+    };
+    reflectors(cx, pm, tau)
+}
+
+fn linalg_qr(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("A")?;
+    let (m, n) = float_matrix(cx, a, "linalg_qr")?;
+    let mode = cx.str_or("mode", "reduced")?;
+    let k = m.min(n);
+    let (p, tau) = qr_v(cx, a)?;
+    let r = cx.rank(p);
+    // R: the upper triangle, k×n (reduced, r) or m×n (complete).
+    let rows_r = if mode == "complete" { m } else { k };
+    let rr = super::shape::slice_static(cx, p, r - 2, 0, rows_r, 1)?;
+    let dims = cx.dims(rr);
+    let up = triangle(cx, &dims, false)?;
+    let z = cx.full_like(Scalar::Float(0.0), rr)?;
+    let rmat = cx.select(up, rr, z)?;
+    let q = match mode.as_str() {
+        "r" => cx.full(Scalar::Float(0.0), cx.dtype(a), &[Dim::Static(0)])?,
+        "reduced" => {
+            // The first k columns of Q: reflectors of the m×k leading block.
+            let pk = with_cols(cx, p, k)?;
+            reflectors(cx, pk, tau)?
+        }
+        "complete" => full_q(cx, p, tau, m)?,
+        other => return err(format!("linalg_qr mode {other:?} (reduced, complete, r)")),
+    };
+    Ok(vec![Val::Tensor(q), Val::Tensor(rmat)])
+}
+
+fn geqrf(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    float_matrix(cx, a, "geqrf")?;
+    let (p, tau) = qr_v(cx, a)?;
+    Ok(vec![Val::Tensor(p), Val::Tensor(tau)])
+}
+
+fn householder_product(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("input")?;
+    let tau = cx.t("tau")?;
+    let (m, n) = float_matrix(cx, a, "linalg_householder_product")?;
+    if n > m {
+        return err(format!("linalg_householder_product needs n <= m, got {}", cx.ty(a)));
+    }
+    let tau = cx.convert(tau, cx.dtype(a))?;
+    one(reflectors(cx, a, tau)?)
+}
+
+/// `ormqr(a, tau, c, left, transpose)`: op(Q)·c (left) or c·op(Q), Q the full m×m product.
+fn ormqr(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    let tau = cx.t("input2")?;
+    let c = cx.t("input3")?;
+    let (m, _) = float_matrix(cx, a, "ormqr")?;
+    let left = cx.bool_or("left", true)?;
+    let transpose = cx.bool_or("transpose", false)?;
+    let tau = cx.convert(tau, cx.dtype(a))?;
+    let q = full_q(cx, a, tau, m)?;
+    let q = if transpose { mt(cx, q)? } else { q };
+    let c = cx.convert(c, cx.dtype(a))?;
+    let out = if left { super::linalg::matmul_v(cx, q, c)? } else { super::linalg::matmul_v(cx, c, q)? };
+    one(out)
+}
+
+fn eigh(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("A")?;
+    square(cx, a, "linalg_eigh")?;
+    let uplo = cx.str_or("UPLO", "L")?;
+    let lower = match uplo.as_str() {
+        "L" | "l" => true,
+        "U" | "u" => false,
+        other => return err(format!("linalg_eigh UPLO {other:?} (L or U)")),
+    };
+    let r = cx.b.build(O::Eigh, &[a], Attrs::new().with("lower", Attr::Bool(lower)), None)?;
+    match r.as_slice() {
+        [v, w] => Ok(vec![Val::Tensor(*w), Val::Tensor(*v)]),
+        _ => err("internal: eigh results"),
+    }
 }
