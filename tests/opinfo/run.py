@@ -10,7 +10,7 @@ where `f` calls the op on the sample with every tensor of the sample as a graph 
 other arguments are constants of the graph). The results are compared with eager PyTorch on
 the same inputs: atol 1e-3 / rtol 1e-5 with NaNs equal, dtypes and shapes exact; random ops by
 shape and dtype only; sort-like ops by their values (index outputs may differ on ties);
-eigenvectors up to the sign of each vector. Where a
+eigenvectors and singular vector pairs up to their sign. Where a
 float32 result differs, the sample is also run eagerly in float64: elements no further from that
 than eager's float32 result pass (tpuc may be the more accurate one, as near a pole).
 
@@ -74,6 +74,9 @@ SORT_LIKE = {
 # Ops returning eigenvectors, defined only up to the sign of each (column) vector: that output
 # is compared after aligning each column's sign with eager's.
 SIGN_FREE = {"linalg.eigh": 1}
+# SVDs: (U, S, Vh) for linalg.svd, (U, S, V) for svd; a singular vector pair is defined up to
+# one sign, aligned with eager's through U before comparing.
+SVD_LIKE = {"linalg.svd": "Vh", "svd": "V"}
 STATUSES = ("pass", "wrong", "refused", "error", "crash", "excluded")
 
 
@@ -137,6 +140,17 @@ def _compare(name: str, want, got, exact=None) -> str | None:
     gl, gs = pytree.tree_flatten(got)
     if ws != gs:
         return f"result structure {gs} != eager's {ws}"
+    if name in SVD_LIKE and len(gl) == 3 and gl[0].dim() >= 2 and gl[0].numel() and gl[0].shape == wl[0].shape:
+        k = gl[1].shape[-1]
+        flip = torch.where((gl[0][..., :k] * wl[0][..., :k]).sum(-2, keepdim=True) < 0, -1.0, 1.0).to(gl[0].dtype)
+        u = gl[0].clone()
+        u[..., :k] = u[..., :k] * flip
+        v = gl[2].clone()
+        if SVD_LIKE[name] == "Vh":
+            v[..., :k, :] = v[..., :k, :] * flip.transpose(-2, -1)
+        else:
+            v[..., :k] = v[..., :k] * flip
+        gl = [u, gl[1], v]
     for k, (w, g) in enumerate(zip(wl, gl)):
         where = f"output {k}" if len(wl) > 1 else "output"
         if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):

@@ -827,3 +827,27 @@ def test_linear_algebra_matches_eager_and_raises_where_eager_raises():
         torch._dynamo.reset()
         with pytest.raises(torch.linalg.LinAlgError):
             torch.compile(op, backend="tpuc", options={"strict": True})(singular)
+
+
+def test_qr_eigh_svd_and_pinv_match_eager():
+    """QR (LAPACK's signs), eigenvalues, singular values and pseudo-inverses equal eager's;
+    eigenvectors and singular vectors (defined up to sign) reconstruct the input."""
+    torch.manual_seed(0)
+    a = torch.randn(2, 6, 4)
+    s = torch.randn(2, 5, 5)
+    s = s + s.mT
+
+    def f(a, s):
+        q, r = torch.linalg.qr(a)
+        w, v = torch.linalg.eigh(s)
+        u, sv, vh = torch.linalg.svd(a, full_matrices=False)
+        return q, r, w, v, u, sv, vh, torch.linalg.pinv(a), torch.linalg.matrix_rank(a)
+
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(a, s)
+    want = f(a, s)
+    for i in (0, 1, 2, 5, 7):
+        torch.testing.assert_close(got[i], want[i], rtol=1e-4, atol=1e-4)
+    assert torch.equal(got[8], want[8])
+    _, _, w, v, u, sv, vh, _, _ = got
+    torch.testing.assert_close(v @ torch.diag_embed(w) @ v.mT, s, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(u @ torch.diag_embed(sv) @ vh, a, rtol=1e-4, atol=1e-4)

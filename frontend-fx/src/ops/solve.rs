@@ -1,7 +1,10 @@
 //! Linear algebra through StableHLO's native factorization ops and XLA's expanded custom
 //! calls: `linalg_cholesky_ex`, `cholesky_solve`, `cholesky_inverse`, `linalg_solve_triangular`,
 //! `triangular_solve`; Householder QR (`linalg_qr`, `geqrf`, `linalg_householder_product`,
-//! `ormqr`) and the symmetric eigendecomposition (`_linalg_eigh`, Jacobi).
+//! `ormqr`), the symmetric eigendecomposition (`_linalg_eigh`, Jacobi), and the SVD
+//! (`_linalg_svd`, `linalg_pinv`) from the eigendecomposition of [[0, A], [Aᵀ, 0]]: its largest
+//! min(m, n) eigenvalues are A's singular values and their eigenvectors [u; v]/√2 hold the
+//! singular vectors (A's condition number is not squared, as it would be through AᵀA).
 //!
 //! Matrices are the trailing two dims; leading (batch) dims broadcast between the operands as
 //! in ATen. `cholesky` leaves the unused triangle unspecified, so the factor is masked to its
@@ -22,6 +25,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("linalg_householder_product.default", householder_product),
     ("ormqr.default", ormqr),
     ("_linalg_eigh.default", eigh),
+    ("_linalg_svd.default", svd),
+    ("linalg_pinv.atol_rtol_tensor", pinv),
 ];
 
 /// Checks `a` is a float matrix stack [..., n, n] of static matrix dims; returns n.
@@ -322,4 +327,160 @@ fn eigh(cx: &mut Ctx) -> R<Vec<Val>> {
         [v, w] => Ok(vec![Val::Tensor(*w), Val::Tensor(*v)]),
         _ => err("internal: eigh results"),
     }
+}
+
+fn eigh_v(cx: &mut Ctx, a: ValueId) -> R<(ValueId, ValueId)> {
+    match cx.b.build(O::Eigh, &[a], Attrs::new().with("lower", Attr::Bool(true)), None)?.as_slice() {
+        [v, w] => Ok((*v, *w)),
+        _ => err("internal: eigh results"),
+    }
+}
+
+/// (U [..., m, k], S [..., k] descending, V [..., n, k]) of `a` [..., m, n], k = min(m, n).
+fn svd_thin(cx: &mut Ctx, a: ValueId, m: i64, n: i64) -> R<(ValueId, ValueId, ValueId)> {
+    let r = cx.rank(a);
+    let k = m.min(n);
+    let dims = cx.dims(a);
+    let batch = dims[..r - 2].to_vec();
+    if k == 0 || batch.iter().any(|d| d.as_static() == Some(0)) {
+        // Nothing to decompose: empty factors of the right shapes.
+        let dt = cx.dtype(a);
+        let shaped = |cx: &mut Ctx, tail: &[i64]| -> R<ValueId> {
+            let mut d = batch.clone();
+            d.extend(tail.iter().map(|&x| Dim::Static(x)));
+            cx.full(Scalar::Float(0.0), dt, &d)
+        };
+        return Ok((shaped(cx, &[m, k])?, shaped(cx, &[k])?, shaped(cx, &[n, k])?));
+    }
+    let zeros = |cx: &mut Ctx, rows: i64, cols: i64| -> R<ValueId> {
+        let mut d = batch.clone();
+        d.extend([Dim::Static(rows), Dim::Static(cols)]);
+        cx.full(Scalar::Float(0.0), cx.dtype(a), &d)
+    };
+    let zm = zeros(cx, m, m)?;
+    let zn = zeros(cx, n, n)?;
+    let at = mt(cx, a)?;
+    let top = cx.b.concatenate(&[zm, a], r as i64 - 1)?;
+    let bottom = cx.b.concatenate(&[at, zn], r as i64 - 1)?;
+    let b = cx.b.concatenate(&[top, bottom], r as i64 - 2)?;
+    let (vecs, vals) = eigh_v(cx, b)?;
+    let size = m + n;
+    // The largest k eigenpairs, in descending order.
+    let order: Vec<i64> = (0..k).map(|i| size - 1 - i).collect();
+    let idx = cx.const_i64(&[k], &order)?;
+    let s = super::shape::take_along(cx, vals, r - 2, idx)?;
+    let x = super::shape::take_along(cx, vecs, r - 1, idx)?; // [..., m+n, k]
+    let x = cx.bin_c(O::Mul, x, std::f64::consts::SQRT_2)?;
+    let u = super::shape::slice_static(cx, x, r - 2, 0, m, 1)?;
+    let v = super::shape::slice_static(cx, x, r - 2, m, size, 1)?;
+    Ok((u, s, v))
+}
+
+/// `q` [..., m, k] with orthonormal columns completed to an m×m orthogonal matrix (its first k
+/// columns kept): Householder QR of q has R = diag(±1), so Q·diag(R) starts with q.
+fn complete(cx: &mut Ctx, q: ValueId, m: i64, k: i64) -> R<ValueId> {
+    if k == m {
+        return Ok(q);
+    }
+    let r = cx.rank(q);
+    let (p, tau) = qr_v(cx, q)?;
+    let full = full_q(cx, p, tau, m)?;
+    let rest = super::shape::slice_static(cx, full, r - 1, k, m, 1)?;
+    cx.b.concatenate(&[q, rest], r as i64 - 1).map_err(Into::into)
+}
+
+fn svd(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("A")?;
+    let (m, n) = float_matrix(cx, a, "linalg_svd")?;
+    let full = cx.bool_or("full_matrices", false)?;
+    let compute_uv = cx.bool_or("compute_uv", true)?;
+    let k = m.min(n);
+    let (u, s, v) = svd_thin(cx, a, m, n)?;
+    if !compute_uv {
+        let e = cx.full(Scalar::Float(0.0), cx.dtype(a), &[Dim::Static(0)])?;
+        return Ok(vec![Val::Tensor(e), Val::Tensor(s), Val::Tensor(e)]);
+    }
+    let (u, v) = if full { (complete(cx, u, m, k)?, complete(cx, v, n, k)?) } else { (u, v) };
+    let vh = mt(cx, v)?;
+    Ok(vec![Val::Tensor(u), Val::Tensor(s), Val::Tensor(vh)])
+}
+
+/// A⁺ = V·diag(1/σ)·Uᵀ over the singular values above max(atol, rtol·σ_max) (ATen's rule;
+/// rtol defaults to max(m, n)·ε when neither tolerance is given, else 0).
+fn pinv(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    let (m, n) = float_matrix(cx, a, "linalg_pinv")?;
+    let atol = cx.opt_t("atol")?;
+    let rtol = cx.opt_t("rtol")?;
+    // A Hermitian input is read from its lower triangle only, as ATen's eigh-based path does.
+    let a = if cx.bool_or("hermitian", false)? && m == n {
+        let dims = cx.dims(a);
+        let low = triangle(cx, &dims, true)?;
+        let at = mt(cx, a)?;
+        cx.select(low, a, at)?
+    } else {
+        a
+    };
+    let (u, s, v) = svd_thin(cx, a, m, n)?;
+    let dt = cx.dtype(a);
+    let sr = cx.rank(s);
+    let smax = cx.reduce(s, ReduceKind::Max, &[sr - 1], true)?;
+    let eps = if dt == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 };
+    let rtol_v = match (rtol, atol) {
+        (Some(r), _) => cx.convert(r, dt)?,
+        (None, None) => cx.full(Scalar::Float(m.max(n) as f64 * eps), dt, &[])?,
+        (None, Some(_)) => cx.full(Scalar::Float(0.0), dt, &[])?,
+    };
+    let atol_v = match atol {
+        Some(t) => cx.convert(t, dt)?,
+        None => cx.full(Scalar::Float(0.0), dt, &[])?,
+    };
+    // Tolerances broadcast against the batch: [..., 1].
+    let add_last = |cx: &mut Ctx, t: ValueId| -> R<ValueId> {
+        let mut d = cx.dims(t);
+        d.push(Dim::Static(1));
+        cx.reshape(t, d)
+    };
+    let rtol_v = add_last(cx, rtol_v)?;
+    let atol_v = add_last(cx, atol_v)?;
+    let sd = cx.dims(smax);
+    let shape = tpuc_ir::infer::broadcast_shapes(&tpuc_ir::infer::broadcast_shapes(&sd, &cx.dims(rtol_v))?, &cx.dims(atol_v))?;
+    let smax = cx.broadcast_to(smax, &shape)?;
+    let rt = cx.broadcast_to(rtol_v, &shape)?;
+    let at = cx.broadcast_to(atol_v, &shape)?;
+    let rel = cx.bin(O::Mul, rt, smax)?;
+    let cut = cx.bin(O::Max, at, rel)?;
+    let mut full_s = shape.clone();
+    if let Some(last) = full_s.last_mut() {
+        *last = cx.dims(s).last().cloned().unwrap_or(Dim::Static(0));
+    }
+    let s_b = cx.broadcast_to(s, &full_s)?;
+    let cut_b = cx.broadcast_to(cut, &full_s)?;
+    let keep = cx.cmp(Direction::Gt, s_b, cut_b)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), s_b)?;
+    let inv = cx.bin(O::Div, one_v, s_b)?;
+    let zero = cx.full_like(Scalar::Float(0.0), s_b)?;
+    let inv = cx.select(keep, inv, zero)?; // [..., k]
+    // V·diag(inv): scale V's columns.
+    let vd = cx.dims(v);
+    let batch_v = vd[..vd.len() - 2].to_vec();
+    let want = tpuc_ir::infer::broadcast_shapes(&batch_v, &full_s[..full_s.len() - 1])?;
+    let (u, v) = {
+        let mut dv = want.clone();
+        dv.extend_from_slice(&vd[vd.len() - 2..]);
+        let ud = cx.dims(u);
+        let mut du = want.clone();
+        du.extend_from_slice(&ud[ud.len() - 2..]);
+        (cx.broadcast_to(u, &du)?, cx.broadcast_to(v, &dv)?)
+    };
+    let ir = cx.rank(inv);
+    let inv_row = {
+        let mut d = cx.dims(inv);
+        d.insert(ir - 1, Dim::Static(1));
+        cx.reshape(inv, d)?
+    };
+    let inv_row = cx.broadcast_to(inv_row, &cx.dims(v))?;
+    let vs = cx.bin(O::Mul, v, inv_row)?;
+    let ut = mt(cx, u)?;
+    one(super::linalg::matmul_v(cx, vs, ut)?)
 }
