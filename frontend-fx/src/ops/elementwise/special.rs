@@ -215,3 +215,195 @@ pub(super) fn special_erfcx(cx: &mut Ctx) -> R<Vec<Val>> {
     let is_big = cx.cmp(Direction::Ge, x, bigv)?;
     one(cx.select(is_big, asym, direct)?)
 }
+
+/// Which Chebyshev polynomial: first (T) to fourth (W) kind.
+#[derive(Copy, Clone, PartialEq)]
+enum Cheb {
+    T,
+    U,
+    V,
+    W,
+}
+
+/// The Chebyshev polynomials by their closed forms, exact for every degree (ATen runs the
+/// recurrence up to n, or uses the same trigonometric form for |x| < 1 and n > 6). With
+/// x = cos θ (|x| < 1) or ±cosh φ (|x| > 1), m = trunc(n) and h = m + ½:
+///   T = cos mθ, U = sin (m+1)θ / sin θ, V = cos hθ / cos(θ/2), W = sin hθ / sin(θ/2),
+/// with cosh / sinh for x > 1; for x < -1, T(-y) = (-1)^m T(y), U likewise, V(-y) = (-1)^m W(y)
+/// and W(-y) = (-1)^m V(y). At x = ±1 the values are ATen's; n < 0 gives 0. Computed in f64.
+fn chebyshev(cx: &mut Ctx, kind: Cheb, shifted: bool) -> R<Vec<Val>> {
+    let xo = cx.operand("x")?;
+    let no = cx.operand("n")?;
+    let dt = true_div_dtype(cx.result_type(&[xo, no])?);
+    if !dt.is_float() {
+        return err(format!("Chebyshev polynomials need real operands, got {}", dt.name()));
+    }
+    let (x, n) = cx.pair(&xo, &no, DType::F64)?;
+    let x = if shifted {
+        let t = cx.bin_c(O::Mul, x, 2.0)?;
+        cx.bin_c(O::Sub, t, 1.0)?
+    } else {
+        x
+    };
+    let m = trunc_v(cx, n)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), x)?;
+    let zero = cx.full_like(Scalar::Float(0.0), x)?;
+    let ax = cx.un(O::Abs, x)?;
+    // (-1)^m
+    let two = cx.full_like(Scalar::Float(2.0), m)?;
+    let rem = cx.bin(O::Rem, m, two)?;
+    let odd = cx.cmp(Direction::Ne, rem, zero)?;
+    let neg_one = cx.full_like(Scalar::Float(-1.0), x)?;
+    let parity = cx.select(odd, neg_one, one_v)?;
+    let half = cx.bin_c(O::Add, m, 0.5)?;
+    let m1 = cx.bin_c(O::Add, m, 1.0)?;
+    // Inside: θ = acos x.
+    let inside = {
+        let s = {
+            let a = cx.bin(O::Sub, one_v, x)?;
+            let b = cx.bin(O::Add, one_v, x)?;
+            let p = cx.bin(O::Mul, a, b)?;
+            cx.un(O::Sqrt, p)?
+        };
+        let th = cx.bin(O::Atan2, s, x)?;
+        let mul = |cx: &mut Ctx, k: ValueId| cx.bin(O::Mul, k, th);
+        match kind {
+            Cheb::T => {
+                let a = mul(cx, m)?;
+                cx.un(O::Cos, a)?
+            }
+            Cheb::U => {
+                let a = mul(cx, m1)?;
+                let num = cx.un(O::Sin, a)?;
+                let den = cx.un(O::Sin, th)?;
+                cx.bin(O::Div, num, den)?
+            }
+            Cheb::V | Cheb::W => {
+                let a = mul(cx, half)?;
+                let h = cx.bin_c(O::Mul, th, 0.5)?;
+                let (num, den) = if kind == Cheb::V {
+                    (cx.un(O::Cos, a)?, cx.un(O::Cos, h)?)
+                } else {
+                    (cx.un(O::Sin, a)?, cx.un(O::Sin, h)?)
+                };
+                cx.bin(O::Div, num, den)?
+            }
+        }
+    };
+    // Outside: φ = acosh |x|; the hyperbolic forms at |x| (the parity rule gives the sign).
+    let outside = {
+        let phi = cx.un(O::Acosh, ax)?;
+        let ch = |cx: &mut Ctx, k: ValueId, sinh: bool| -> R<ValueId> {
+            let a = cx.bin(O::Mul, k, phi)?;
+            let e = cx.un(O::Exp, a)?;
+            let na = cx.un(O::Neg, a)?;
+            let en = cx.un(O::Exp, na)?;
+            let s = cx.bin(if sinh { O::Sub } else { O::Add }, e, en)?;
+            cx.bin_c(O::Mul, s, 0.5)
+        };
+        let one_f = cx.full_like(Scalar::Float(1.0), phi)?;
+        let half_f = cx.full_like(Scalar::Float(0.5), phi)?;
+        let pos_kind = |cx: &mut Ctx, k: Cheb| -> R<ValueId> {
+            match k {
+                Cheb::T => ch(cx, m, false),
+                Cheb::U => {
+                    let num = ch(cx, m1, true)?;
+                    let den = ch(cx, one_f, true)?;
+                    cx.bin(O::Div, num, den)
+                }
+                Cheb::V => {
+                    let num = ch(cx, half, false)?;
+                    let den = ch(cx, half_f, false)?;
+                    cx.bin(O::Div, num, den)
+                }
+                Cheb::W => {
+                    let num = ch(cx, half, true)?;
+                    let den = ch(cx, half_f, true)?;
+                    cx.bin(O::Div, num, den)
+                }
+            }
+        };
+        let at_pos = pos_kind(cx, kind)?;
+        let mirrored = match kind {
+            Cheb::V => pos_kind(cx, Cheb::W)?,
+            Cheb::W => pos_kind(cx, Cheb::V)?,
+            k => pos_kind(cx, k)?,
+        };
+        let signed = cx.bin(O::Mul, mirrored, parity)?;
+        let negx = cx.cmp(Direction::Lt, x, zero)?;
+        cx.select(negx, signed, at_pos)?
+    };
+    let lt1 = cx.cmp(Direction::Lt, ax, one_v)?;
+    let r = cx.select(lt1, inside, outside)?;
+    // x = ±1 exactly.
+    let at_one = {
+        let two_m1 = {
+            let t = cx.bin_c(O::Mul, m, 2.0)?;
+            cx.bin_c(O::Add, t, 1.0)?
+        };
+        let (pos, neg) = match kind {
+            Cheb::T => (one_v, parity),
+            Cheb::U => (m1, cx.bin(O::Mul, parity, m1)?),
+            Cheb::V => (one_v, cx.bin(O::Mul, parity, two_m1)?),
+            Cheb::W => (two_m1, parity),
+        };
+        let xpos = cx.cmp(Direction::Gt, x, zero)?;
+        cx.select(xpos, pos, neg)?
+    };
+    let is_one = cx.cmp(Direction::Eq, ax, one_v)?;
+    let r = cx.select(is_one, at_one, r)?;
+    // Degree 0 is 1 everywhere (no 0/0 from the forms), negative degrees 0.
+    let m0 = cx.cmp(Direction::Eq, m, zero)?;
+    let r = cx.select(m0, one_v, r)?;
+    let mneg = cx.cmp(Direction::Lt, m, zero)?;
+    let r = cx.select(mneg, zero, r)?;
+    // NaN in, NaN out.
+    let xnan = cx.cmp(Direction::Ne, x, x)?;
+    let r = cx.select(xnan, x, r)?;
+    one(cx.convert(r, dt)?)
+}
+
+pub(super) fn chebyshev_t(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::T, false)
+}
+pub(super) fn chebyshev_u(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::U, false)
+}
+pub(super) fn chebyshev_v(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::V, false)
+}
+pub(super) fn chebyshev_w(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::W, false)
+}
+pub(super) fn shifted_chebyshev_t(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::T, true)
+}
+pub(super) fn shifted_chebyshev_u(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::U, true)
+}
+pub(super) fn shifted_chebyshev_v(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::V, true)
+}
+pub(super) fn shifted_chebyshev_w(cx: &mut Ctx) -> R<Vec<Val>> {
+    chebyshev(cx, Cheb::W, true)
+}
+
+/// j0(x) = sin x / x, 1 at 0 (and within f64's reach of it, where the ratio loses nothing).
+pub(super) fn spherical_bessel_j0(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("x")?;
+    let x = cx.float_of(x)?;
+    let dt = cx.dtype(x);
+    let xd = cx.convert(x, DType::F64)?;
+    let s = cx.un(O::Sin, xd)?;
+    let r = cx.bin(O::Div, s, xd)?;
+    let zero = cx.full_like(Scalar::Float(0.0), xd)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), xd)?;
+    let at0 = cx.cmp(Direction::Eq, xd, zero)?;
+    let r = cx.select(at0, one_v, r)?;
+    // sin(±inf)/±inf is NaN; the limit is 0.
+    let ax = cx.un(O::Abs, xd)?;
+    let inf = cx.full_like(Scalar::Float(f64::INFINITY), xd)?;
+    let isinf = cx.cmp(Direction::Eq, ax, inf)?;
+    let r = cx.select(isinf, zero, r)?;
+    one(cx.convert(r, dt)?)
+}
