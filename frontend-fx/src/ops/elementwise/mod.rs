@@ -4,12 +4,14 @@
 //! promotion and broadcasting), `unary` and `activations`.
 
 mod activations;
+mod bessel;
 mod binary;
 mod special;
 mod unary;
 
 pub use activations::*;
 pub use binary::*;
+use bessel::*;
 use special::*;
 pub use unary::*;
 
@@ -169,6 +171,17 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("special_chebyshev_polynomial_w.n_scalar", chebyshev_w),
     ("special_shifted_chebyshev_polynomial_w.n_scalar", shifted_chebyshev_w),
     ("special_spherical_bessel_j0.default", spherical_bessel_j0),
+    ("i0.default", i0),
+    ("special_i0e.default", i0e),
+    ("special_modified_bessel_i0.default", i0),
+    ("special_modified_bessel_k0.default", modified_bessel_k0),
+    ("special_modified_bessel_k1.default", modified_bessel_k1),
+    ("special_scaled_modified_bessel_k0.default", scaled_modified_bessel_k0),
+    ("special_scaled_modified_bessel_k1.default", scaled_modified_bessel_k1),
+    ("special_bessel_j0.default", bessel_j0),
+    ("special_bessel_j1.default", bessel_j1),
+    ("special_bessel_y0.default", bessel_y0),
+    ("special_bessel_y1.default", bessel_y1),
     ("floor.default", floor),
     ("ceil.default", ceil),
     ("round.default", round),
