@@ -407,3 +407,98 @@ pub(super) fn spherical_bessel_j0(cx: &mut Ctx) -> R<Vec<Val>> {
     let r = cx.select(isinf, zero, r)?;
     one(cx.convert(r, dt)?)
 }
+
+/// Which orthogonal polynomial family runs the three-term recurrence.
+#[derive(Copy, Clone)]
+enum Recur {
+    HermiteH,
+    HermiteHe,
+    Laguerre,
+    Legendre,
+}
+
+/// Largest degree the recurrence families are unrolled to; higher degrees give NaN.
+const MAX_DEGREE: i64 = 100;
+
+/// Hermite (physicists' H, probabilists' He), Laguerre and Legendre polynomials of degree
+/// trunc(n), by the same three-term recurrence ATen runs, unrolled to degree `MAX_DEGREE` (a
+/// degree above that gives NaN: visible, never a wrong number); n < 0 gives 0. Computed in f64.
+fn recurrence(cx: &mut Ctx, fam: Recur) -> R<Vec<Val>> {
+    let xo = cx.operand("x")?;
+    let no = cx.operand("n")?;
+    let dt = true_div_dtype(cx.result_type(&[xo, no])?);
+    if !dt.is_float() {
+        return err(format!("orthogonal polynomials need real operands, got {}", dt.name()));
+    }
+    let (x, n) = cx.pair(&xo, &no, DType::F64)?;
+    let m = trunc_v(cx, n)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), x)?;
+    let p1 = match fam {
+        Recur::HermiteH => cx.bin_c(O::Mul, x, 2.0)?,
+        Recur::HermiteHe | Recur::Legendre => x,
+        Recur::Laguerre => cx.bin(O::Sub, one_v, x)?,
+    };
+    let nan = cx.full_like(Scalar::Float(f64::NAN), x)?;
+    let zero = cx.full_like(Scalar::Float(0.0), x)?;
+    // Degrees above the bound: NaN; below 0: 0; then each degree's value where m equals it.
+    let big = cx.full_like(Scalar::Float(MAX_DEGREE as f64), m)?;
+    let over = cx.cmp(Direction::Gt, m, big)?;
+    let mut r = cx.select(over, nan, zero)?;
+    let (mut prev, mut cur) = (one_v, p1);
+    for k in 0..=MAX_DEGREE {
+        let p = if k == 0 { prev } else { cur };
+        let kv = cx.full_like(Scalar::Float(k as f64), m)?;
+        let at = cx.cmp(Direction::Eq, m, kv)?;
+        r = cx.select(at, p, r)?;
+        if k >= 1 {
+            let kf = k as f64;
+            // p_{k+1} from p_k (cur) and p_{k-1} (prev).
+            let next = match fam {
+                Recur::HermiteH => {
+                    let a = cx.bin(O::Mul, x, cur)?;
+                    let a = cx.bin_c(O::Mul, a, 2.0)?;
+                    let b = cx.bin_c(O::Mul, prev, 2.0 * kf)?;
+                    cx.bin(O::Sub, a, b)?
+                }
+                Recur::HermiteHe => {
+                    let a = cx.bin(O::Mul, x, cur)?;
+                    let b = cx.bin_c(O::Mul, prev, kf)?;
+                    cx.bin(O::Sub, a, b)?
+                }
+                Recur::Laguerre => {
+                    let c = cx.full_like(Scalar::Float(2.0 * kf + 1.0), x)?;
+                    let c = cx.bin(O::Sub, c, x)?;
+                    let a = cx.bin(O::Mul, c, cur)?;
+                    let b = cx.bin_c(O::Mul, prev, kf)?;
+                    let d = cx.bin(O::Sub, a, b)?;
+                    cx.bin_c(O::Div, d, kf + 1.0)?
+                }
+                Recur::Legendre => {
+                    let a = cx.bin(O::Mul, x, cur)?;
+                    let a = cx.bin_c(O::Mul, a, 2.0 * kf + 1.0)?;
+                    let b = cx.bin_c(O::Mul, prev, kf)?;
+                    let d = cx.bin(O::Sub, a, b)?;
+                    cx.bin_c(O::Div, d, kf + 1.0)?
+                }
+            };
+            prev = cur;
+            cur = next;
+        }
+    }
+    let xnan = cx.cmp(Direction::Ne, x, x)?;
+    let r = cx.select(xnan, x, r)?;
+    one(cx.convert(r, dt)?)
+}
+
+pub(super) fn hermite_h(cx: &mut Ctx) -> R<Vec<Val>> {
+    recurrence(cx, Recur::HermiteH)
+}
+pub(super) fn hermite_he(cx: &mut Ctx) -> R<Vec<Val>> {
+    recurrence(cx, Recur::HermiteHe)
+}
+pub(super) fn laguerre_l(cx: &mut Ctx) -> R<Vec<Val>> {
+    recurrence(cx, Recur::Laguerre)
+}
+pub(super) fn legendre_p(cx: &mut Ctx) -> R<Vec<Val>> {
+    recurrence(cx, Recur::Legendre)
+}
