@@ -47,6 +47,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("norm.Scalar", norm),
     ("cumsum.default", cumsum),
     ("cumprod.default", cumprod),
+    ("logcumsumexp.default", logcumsumexp),
     ("cummax.default", cummax),
     ("cummin.default", cummin),
     ("_softmax.default", softmax_internal),
@@ -465,6 +466,69 @@ fn cumsum(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn cumprod(cx: &mut Ctx) -> R<Vec<Val>> {
     cum(cx, "prod")
+}
+
+/// Largest [.., n, n] table the exact logcumsumexp builds (elements).
+const LOGCUMSUMEXP_TABLE: i64 = 1 << 24;
+
+/// logcumsumexp along `dim`. Exactly, as a logsumexp over each prefix: the row [n] becomes a
+/// [n, n] table with the elements after the diagonal at -inf, reduced with each prefix's own
+/// maximum as the shift. Above `LOGCUMSUMEXP_TABLE` elements it is M + log(cumsum(exp(x - M)))
+/// with M the row's maximum, in f64: exact unless a prefix lies entirely more than ~700 below M
+/// (then -inf). +inf and NaN propagate from where they appear.
+fn logcumsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let x = cx.float_of(x)?;
+    let dt = cx.dtype(x);
+    if cx.rank(x) == 0 {
+        return one(x);
+    }
+    let d = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    let dims = cx.dims(x);
+    let n = dims[d].as_static();
+    let total = cx.ty(x).num_elements().zip(n).map(|(e, n)| e.saturating_mul(n));
+    if let (Some(n), Some(t)) = (n, total) {
+        if t <= LOGCUMSUMEXP_TABLE && n > 0 {
+            // [.., n (i), n (j)] with x_j where j <= i, the new dim i right before j = d.
+            let r = dims.len();
+            let mut tdims = dims.clone();
+            tdims.insert(d, Dim::Static(n));
+            let bd: Vec<i64> = (0..r as i64).map(|k| if k < d as i64 { k } else { k + 1 }).collect();
+            let xt = cx.b.broadcast_in_dim(x, &bd, tdims.clone())?;
+            let i = cx.iota(DType::I64, &tdims, d)?;
+            let j = cx.iota(DType::I64, &tdims, d + 1)?;
+            let keep = cx.cmp(Direction::Le, j, i)?;
+            let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), xt)?;
+            let y = cx.select(keep, xt, ninf)?;
+            let m = cx.reduce(y, ReduceKind::Max, &[d + 1], true)?;
+            let mb = cx.broadcast_to(m, &tdims)?;
+            let fin = cx.un(O::IsFinite, mb)?;
+            let zero = cx.full_like(Scalar::Float(0.0), mb)?;
+            let mb = cx.select(fin, mb, zero)?;
+            let sh = cx.bin(O::Sub, y, mb)?;
+            let e = cx.un(O::Exp, sh)?;
+            let s = cx.reduce(e, ReduceKind::Sum, &[d + 1], false)?;
+            let l = cx.un(O::Log, s)?;
+            let m = cx.reduce(y, ReduceKind::Max, &[d + 1], false)?;
+            let fin = cx.un(O::IsFinite, m)?;
+            let z = cx.full_like(Scalar::Float(0.0), m)?;
+            let m = cx.select(fin, m, z)?;
+            return one(cx.bin(O::Add, l, m)?);
+        }
+    }
+    let xd = cx.convert(x, DType::F64.max_float(dt))?;
+    let m = cx.reduce(xd, ReduceKind::Max, &[d], true)?;
+    let m = cx.broadcast_to(m, &cx.dims(xd))?;
+    // A row whose max is ±inf or NaN: shift by 0 instead (exp keeps the infinities).
+    let fin = cx.un(O::IsFinite, m)?;
+    let zero = cx.full_like(Scalar::Float(0.0), m)?;
+    let m = cx.select(fin, m, zero)?;
+    let sh = cx.bin(O::Sub, xd, m)?;
+    let e = cx.un(O::Exp, sh)?;
+    let c = scan(cx, e, d, "sum")?;
+    let l = cx.un(O::Log, c)?;
+    let r = cx.bin(O::Add, l, m)?;
+    one(cx.convert(r, dt)?)
 }
 
 /// cummax/cummin: values by scan; indices of the last position holding the running extreme
