@@ -15,6 +15,7 @@
 use super::*;
 use super::reduce::arg_v;
 use super::shape::slice_static;
+use super::solve::{broadcast_batch, first_failure, mt, tri_solve};
 use Opcode as O;
 use tpuc_ir::ArgReduceKind;
 
@@ -159,12 +160,7 @@ fn apply_pivots(cx: &mut Ctx, b: ValueId, piv: ValueId, reverse: bool) -> R<Valu
 }
 
 fn tri(cx: &mut Ctx, a: ValueId, b: ValueId, lower: bool, unit: bool, transpose: bool) -> R<ValueId> {
-    let attrs = Attrs::new()
-        .with("left_side", Attr::Bool(true))
-        .with("lower", Attr::Bool(lower))
-        .with("unit_diagonal", Attr::Bool(unit))
-        .with("transpose_a", Attr::Bool(transpose));
-    Ok(cx.b.build1(O::TriangularSolve, &[a, b], attrs, None)?)
+    tri_solve(cx, a, b, [true, lower, unit, transpose])
 }
 
 /// X with A·X = B (or Aᴴ·X = B) from A's packed factor and pivots; batch dims equal.
@@ -177,25 +173,6 @@ fn lu_solve_v(cx: &mut Ctx, lu: ValueId, piv: ValueId, b: ValueId, adjoint: bool
     let z = tri(cx, lu, b, false, false, true)?;
     let w = tri(cx, lu, z, true, true, true)?;
     apply_pivots(cx, w, piv, true)
-}
-
-/// Batch dims of `a` and `b` broadcast (matrix dims kept).
-fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
-    let (da, db) = (cx.dims(a), cx.dims(b));
-    let batch = tpuc_ir::infer::broadcast_shapes(&da[..da.len() - 2], &db[..db.len() - 2])?;
-    let grow = |cx: &mut Ctx, v: ValueId, d: &[Dim]| -> R<ValueId> {
-        let mut full = batch.clone();
-        full.extend_from_slice(&d[d.len() - 2..]);
-        if full == d { Ok(v) } else { cx.broadcast_to(v, &full) }
-    };
-    Ok((grow(cx, a, &da)?, grow(cx, b, &db)?))
-}
-
-fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
-    let r = cx.rank(a);
-    let mut p: Vec<i64> = (0..r as i64).collect();
-    p.swap(r - 1, r - 2);
-    cx.transpose(a, &p)
 }
 
 fn to_i32_1based(cx: &mut Ctx, piv: ValueId) -> R<ValueId> {
@@ -234,16 +211,8 @@ fn singular_info(cx: &mut Ctx, lu: ValueId) -> R<ValueId> {
         return cx.full(Scalar::Int(0), DType::I32, &bd);
     }
     let zero = cx.full_like(Scalar::Float(0.0), d)?;
-    let bad = cx.cmp(Direction::Eq, d, zero)?;
-    let order = cx.iota(DType::I32, &dd, dd.len() - 1)?;
-    let order = cx.bin_c(O::Add, order, 1.0)?;
-    let none = cx.full_like(Scalar::Int(k + 1), order)?;
-    let first = cx.select(bad, order, none)?;
-    let first = cx.reduce(first, ReduceKind::Min, &[dd.len() - 1], false)?;
-    let big = cx.full_like(Scalar::Int(k + 1), first)?;
-    let ok = cx.cmp(Direction::Eq, first, big)?;
-    let z = cx.full_like(Scalar::Int(0), first)?;
-    cx.select(ok, z, first)
+    let good = cx.cmp(Direction::Ne, d, zero)?;
+    first_failure(cx, good)
 }
 
 /// (-1)^(number of steps that swapped) per batch, in `dtype`.

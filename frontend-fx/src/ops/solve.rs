@@ -51,7 +51,7 @@ fn triangle(cx: &mut Ctx, dims: &[Dim], lower: bool) -> R<ValueId> {
 }
 
 /// Swaps the trailing two dims.
-fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
+pub(super) fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
     let r = cx.rank(a) as i64;
     let mut p: Vec<i64> = (0..r).collect();
     p.swap(r as usize - 1, r as usize - 2);
@@ -59,7 +59,7 @@ fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
 }
 
 /// `a` and `b` with their batch dims broadcast to a common shape (matrix dims kept).
-fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
+pub(super) fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
     let (da, db) = (cx.dims(a), cx.dims(b));
     let (ba, bb) = (&da[..da.len() - 2], &db[..db.len() - 2]);
     let batch = tpuc_ir::infer::broadcast_shapes(ba, bb)?;
@@ -74,7 +74,8 @@ fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)
     Ok((grow(cx, a, &da)?, grow(cx, b, &db)?))
 }
 
-fn tri_solve(cx: &mut Ctx, a: ValueId, b: ValueId, flags: [bool; 4]) -> R<ValueId> {
+/// Flags: left_side, lower, unit_diagonal, transpose_a.
+pub(super) fn tri_solve(cx: &mut Ctx, a: ValueId, b: ValueId, flags: [bool; 4]) -> R<ValueId> {
     let [left, lower, unit, transpose] = flags;
     let attrs = Attrs::new()
         .with("left_side", Attr::Bool(left))
@@ -114,16 +115,7 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
         let zp = cx.full_like(Scalar::Float(0.0), piv)?;
         let pos = cx.cmp(Direction::Gt, piv, zp)?;
         let good = cx.bin(O::And, fin, pos)?;
-        let pd = cx.dims(piv);
-        let order = cx.iota(DType::I32, &pd, pd.len() - 1)?;
-        let order = cx.bin_c(O::Add, order, 1.0)?;
-        let none = cx.full_like(Scalar::Int(n + 1), order)?;
-        let first = cx.select(good, none, order)?;
-        let first = cx.reduce(first, ReduceKind::Min, &[pd.len() - 1], false)?;
-        let big = cx.full_like(Scalar::Int(n + 1), first)?;
-        let ok = cx.cmp(Direction::Eq, first, big)?;
-        let zero = cx.full_like(Scalar::Int(0), first)?;
-        Val::Tensor(cx.select(ok, zero, first)?)
+        Val::Tensor(first_failure(cx, good)?)
     } else if cx.used(1) {
         let mut bd = cx.dims(a);
         bd.truncate(bd.len() - 2);
@@ -133,6 +125,23 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     };
     let l = if upper { mt(cx, l)? } else { l };
     Ok(vec![Val::Tensor(l), info])
+}
+
+/// LAPACK's `info` from per-step success flags `good` [..., k]: 0 when every step succeeded,
+/// else the 1-based number of the first that failed (int32 [...]).
+pub(super) fn first_failure(cx: &mut Ctx, good: ValueId) -> R<ValueId> {
+    let gd = cx.dims(good);
+    let last = gd.len() - 1;
+    let k = gd[last].as_static().unwrap_or(0);
+    let order = cx.iota(DType::I32, &gd, last)?;
+    let order = cx.bin_c(O::Add, order, 1.0)?;
+    let none = cx.full_like(Scalar::Int(k + 1), order)?;
+    let first = cx.select(good, none, order)?;
+    let first = cx.reduce(first, ReduceKind::Min, &[last], false)?;
+    let big = cx.full_like(Scalar::Int(k + 1), first)?;
+    let ok = cx.cmp(Direction::Eq, first, big)?;
+    let zero = cx.full_like(Scalar::Int(0), first)?;
+    cx.select(ok, zero, first)
 }
 
 /// Solves (L·Lᵀ)·X = B, or (Uᵀ·U)·X = B with `upper`, for the factor `f`.

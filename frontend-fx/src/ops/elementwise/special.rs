@@ -11,18 +11,6 @@ use super::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
-macro_rules! special_unary {
-    ($($f:ident => $op:ident),* $(,)?) => {$(
-        pub(super) fn $f(cx: &mut Ctx) -> R<Vec<Val>> {
-            let x = cx.t("self")?;
-            let x = cx.float_of(x)?;
-            one(cx.un(O::$op, x)?)
-        }
-    )*};
-}
-special_unary!(erfc => Erfc, erfinv => ErfInv, lgamma => Lgamma, digamma => Digamma, acosh => Acosh,
-    asinh => Asinh, atanh => Atanh, special_i1e => BesselI1e);
-
 /// I1(x) = i1e(x)·e^|x|.
 pub(super) fn special_i1(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;

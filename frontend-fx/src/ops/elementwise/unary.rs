@@ -21,6 +21,9 @@ macro_rules! float_unary {
 }
 float_unary!(exp => Exp, expm1 => Expm1, log => Log, log1p => Log1p, sqrt => Sqrt, rsqrt => Rsqrt,
     sin => Sin, cos => Cos, tan => Tan, tanh => Tanh, sigmoid => Logistic, erf => Erf);
+// The special functions the IR has as ops (see special.rs for the composed ones).
+float_unary!(erfc => Erfc, erfinv => ErfInv, lgamma => Lgamma, digamma => Digamma, acosh => Acosh,
+    asinh => Asinh, atanh => Atanh, special_i1e => BesselI1e);
 
 /// Rounding ops are the identity on integers.
 macro_rules! rounding {
