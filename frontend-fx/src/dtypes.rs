@@ -23,7 +23,7 @@ pub fn from_torch(n: i64) -> Result<DType, ImportError> {
         30 => DType::F8E5M2,
         34 => DType::U32,
         35 => DType::U64,
-        9 => return Err(ImportError::UnsupportedDType("complex32 (torch.chalf): StableHLO has no complex type with f16 parts".into())),
+        9 => return Err(ImportError::UnsupportedDType("dtype complex32 (torch.chalf) is not supported: StableHLO has no complex type with f16 parts".into())),
         _ => return Err(ImportError::UnknownDType(n)),
     })
 }

@@ -55,7 +55,7 @@ pub enum ImportError {
     Schema(String),
     #[error("unknown torch dtype number {0} (see ScalarType in torch/_export/serde/schema.yaml)")]
     UnknownDType(i64),
-    #[error("dtype {0} is not supported")]
+    #[error("{0}")]
     UnsupportedDType(String),
     #[error("cannot parse symbolic expression `{expr}`: {message}")]
     SymExpr { expr: String, message: String },
