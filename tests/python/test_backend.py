@@ -83,8 +83,8 @@ def test_rust_panic_becomes_a_python_exception():
 # ----------------------------------------------------------------- fallback and strict
 
 
-class WithErfinv(nn.Module):
-    """erfinv has no tpuc lowering (yet): the graph must be split around it."""
+class WithIgammac(nn.Module):
+    """igammac has no tpuc lowering (yet): the graph must be split around it."""
 
     def __init__(self):
         super().__init__()
@@ -93,22 +93,23 @@ class WithErfinv(nn.Module):
 
     def forward(self, x):
         h = torch.tanh(self.fc1(x)) * 0.5
-        h = torch.erfinv(h)  # ERFINV_LINE
+        h = torch.igammac(torch.full_like(h, 2.0), h.abs())  # UNSUPPORTED_LINE
         return self.fc2(torch.relu(h))
 
 
-ERFINV_LINE = next(i + 1 for i, line in enumerate(open(__file__)) if "# ERFINV_LINE" in line and "torch.erfinv" in line)
+UNSUPPORTED_LINE = next(
+    i + 1 for i, line in enumerate(open(__file__)) if "# UNSUPPORTED_LINE" in line and "torch.igammac" in line)
 
 
-def _erfinv_model():
-    assert "torch.ops.aten.erfinv.default" not in _C.supported_targets(), (
-        "erfinv is supported now: pick another unsupported op for the fallback tests")
+def _unsupported_model():
+    assert "torch.ops.aten.igammac.default" not in _C.supported_targets(), (
+        "igammac is supported now: pick another unsupported op for the fallback tests")
     torch.manual_seed(0)
-    return WithErfinv(), torch.randn(4, 16)
+    return WithIgammac(), torch.randn(4, 16)
 
 
 def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
-    model, x = _erfinv_model()
+    model, x = _unsupported_model()
     compiled = torch.compile(model, backend="tpuc")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -118,7 +119,7 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
     ours = [w for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
     msg = str(ours[0].message)
-    assert "aten.erfinv.default" in msg and f"test_backend.py:{ERFINV_LINE} in forward" in msg, msg
+    assert "aten.igammac.default" in msg and f"test_backend.py:{UNSUPPORTED_LINE} in forward" in msg, msg
     with torch.no_grad():
         assert torch.allclose(got, model(x), rtol=1e-5, atol=1e-6)
     s = tpuc.stats()
@@ -128,7 +129,7 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
 def test_fallback_in_training_matches_eager():
     import copy
 
-    model, x = _erfinv_model()
+    model, x = _unsupported_model()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="tpuc")
     with warnings.catch_warnings(record=True) as caught:
@@ -143,7 +144,7 @@ def test_fallback_in_training_matches_eager():
 
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_strict_raises_naming_op_node_and_line(how, monkeypatch):
-    model, x = _erfinv_model()
+    model, x = _unsupported_model()
     if how == "env":
         monkeypatch.setenv("TPUC_STRICT", "1")
         compiled = torch.compile(model, backend="tpuc")
@@ -160,9 +161,9 @@ def test_strict_raises_naming_op_node_and_line(how, monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucUnsupportedError), repr(info.value)
-    assert err.node == "erfinv" and err.target == "aten.erfinv.default"
-    assert err.source == f"test_backend.py:{ERFINV_LINE} in forward"
-    assert f"node `erfinv` at test_backend.py:{ERFINV_LINE} in forward" in str(err)
+    assert err.node == "igammac" and err.target == "aten.igammac.default"
+    assert err.source == f"test_backend.py:{UNSUPPORTED_LINE} in forward"
+    assert f"node `igammac` at test_backend.py:{UNSUPPORTED_LINE} in forward" in str(err)
 
 
 # ----------------------------------------------------------------- dtypes, strides, shapes
@@ -518,12 +519,12 @@ def test_second_process_hits_the_host_cache(tmp_path):
 # ----------------------------------------------------------------- errors from the compiler
 
 
-def _erfinv_program(stack_trace):
+def _unsupported_program(stack_trace):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from tpuc.serialize import graph_to_json
 
-    gm = make_fx(lambda x: torch.erfinv(x) + 1)(torch.randn(3))
+    gm = make_fx(lambda x: torch.special.airy_ai(x) + 1)(torch.randn(3))
     for n in gm.graph.nodes:
         if n.op == "call_function":
             n.meta["stack_trace"] = stack_trace
@@ -531,22 +532,22 @@ def _erfinv_program(stack_trace):
 
 
 def test_compiler_errors_name_node_op_and_source_line():
-    trace = 'File "/home/u/model.py", line 12, in forward\n    y = torch.erfinv(x)\n'
+    trace = 'File "/home/u/model.py", line 12, in forward\n    y = torch.special.airy_ai(x)\n'
     with pytest.raises(tpuc.TpucError) as e:
-        _C.Program.compile(_erfinv_program(trace), name="g_test")
+        _C.Program.compile(_unsupported_program(trace), name="g_test")
     err = e.value
     assert (err.kind, err.node, err.target, err.source, err.graph) == (
-        "unsupported_op", "erfinv", "torch.ops.aten.erfinv.default", "model.py:12 in forward", "g_test")
-    assert "node `erfinv` (model.py:12 in forward)" in str(err)
+        "unsupported_op", "special_airy_ai", "torch.ops.aten.special_airy_ai.default", "model.py:12 in forward", "g_test")
+    assert "node `special_airy_ai` (model.py:12 in forward)" in str(err)
 
 
 def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
-    """An op on the supported list whose lowering still fails (here: faked by listing erfinv as
+    """An op on the supported list whose lowering still fails (here: faked by listing igammac as
     supported) is moved to the eager side by the node the error names."""
     import tpuc.backend
 
-    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {"torch.ops.aten.erfinv.default"})
-    model, x = _erfinv_model()
+    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {"torch.ops.aten.igammac.default"})
+    model, x = _unsupported_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.no_grad():
@@ -554,7 +555,7 @@ def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
             want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
-    assert len(ours) == 1 and "aten.erfinv.default" in ours[0], ours
+    assert len(ours) == 1 and "aten.igammac.default" in ours[0], ours
 
 
 class ThreeUnknown(nn.Module):
@@ -567,12 +568,13 @@ class ThreeUnknown(nn.Module):
         self.fc3 = nn.Linear(32, 8)
 
     def forward(self, x):
-        h = torch.erfinv(torch.tanh(self.fc1(x)) * 0.5)
-        h = torch.lgamma(self.fc2(h).abs() + 1)
-        return self.fc3(torch.digamma(h + 1))
+        h = self.fc1(x).abs()
+        h = torch.igamma(torch.full_like(h, 2.0), h)
+        h = torch.igammac(torch.full_like(h, 3.0), self.fc2(h).abs())
+        return self.fc3(torch.special.airy_ai(h))
 
 
-THREE_UNKNOWN = ("erfinv", "lgamma", "digamma")
+THREE_UNKNOWN = ("igamma", "igammac", "special_airy_ai")
 
 
 def _fake_three_supported(monkeypatch):
@@ -581,7 +583,7 @@ def _fake_three_supported(monkeypatch):
 
     fake = {f"torch.ops.aten.{n}.default" for n in THREE_UNKNOWN}
     if fake & tpuc.supported_targets():
-        pytest.skip("one of erfinv, lgamma, digamma is supported now: pick other ops for this test")
+        raise AssertionError("one of igamma, igammac, special_airy_ai is supported now: pick other ops for these tests")
     monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | fake)
     torch.manual_seed(0)
     return ThreeUnknown(), torch.randn(4, 16)
@@ -627,12 +629,12 @@ def test_strict_error_lists_every_op_the_compiler_rejects(monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucError), repr(info.value)
-    assert (err.kind, err.node) == ("unsupported_op", "erfinv")
+    assert (err.kind, err.node) == ("unsupported_op", "igamma")
     assert [n["node"] for n in err.nodes] == list(THREE_UNKNOWN)
     assert all(n["kind"] == "unsupported_op" and n["source"].startswith("test_backend.py:") for n in err.nodes), err.nodes
     lines = str(err).splitlines()
-    assert len(lines) == 3 and "node `erfinv`" in lines[0], lines
-    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.lgamma.default` at node `lgamma`"), lines
+    assert len(lines) == 3 and "node `igamma`" in lines[0], lines
+    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.igammac.default` at node `igammac`"), lines
 
 
 # ----------------------------------------------------------------- attention
