@@ -81,10 +81,10 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
         log.debug("mode=%r is ignored by tpuc", kwargs["mode"])
     STATS["dynamo_graphs"] += 1
     from torch._decomp import core_aten_decompositions
-
-    from .decompositions import extra_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .decompositions import extra_decompositions
 
     gid = next(_graph_ids)
     state = _Backend(opts, f"g{gid}")

@@ -13,6 +13,7 @@ and a fully masked row of attention weights is zero.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -99,8 +100,9 @@ FROM_TORCH = (
 )
 
 
+@functools.cache
 def extra_decompositions() -> dict:
-    """The table entries tpuc adds (op overload -> Python decomposition)."""
+    """The table entries tpuc adds (op overload -> Python decomposition), built once."""
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(FROM_TORCH))

@@ -15,7 +15,7 @@
 use super::*;
 use super::reduce::arg_v;
 use super::shape::slice_static;
-use super::solve::{broadcast_batch, first_failure, mt, tri_solve};
+use super::solve::{self, broadcast_batch, diagonal, first_failure, float_matrix, identity, mt, tri_solve};
 use Opcode as O;
 use tpuc_ir::ArgReduceKind;
 
@@ -33,15 +33,9 @@ pub const OPS: &[(&str, OpFn)] = &[
 /// Largest number of elimination steps unrolled into a program.
 pub const MAX_STEPS: i64 = 64;
 
+/// `float_matrix`, within the unrolled steps.
 fn matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
-    let d = cx.dims(a);
-    let r = d.len();
-    if r < 2 || !cx.dtype(a).is_float() {
-        return err(format!("{what} needs float matrices [..., m, n], got {}", cx.ty(a)));
-    }
-    let (Some(m), Some(n)) = (d[r - 2].as_static(), d[r - 1].as_static()) else {
-        return err(format!("{what} needs matrices of static size, got {}", cx.ty(a)));
-    };
+    let (m, n) = float_matrix(cx, a, what)?;
     if m.min(n) > MAX_STEPS {
         return err(format!(
             "{what} of {m}x{n} matrices: LU is unrolled over min(m, n) steps, at most {MAX_STEPS} (larger is not supported yet)"
@@ -51,11 +45,8 @@ fn matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
 }
 
 fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
-    let (m, n) = matrix(cx, a, what)?;
-    if m != n {
-        return err(format!("{what} needs square matrices, got {}", cx.ty(a)));
-    }
-    Ok(n)
+    matrix(cx, a, what)?;
+    solve::square(cx, a, what)
 }
 
 fn rows(cx: &mut Ctx, dims: &[Dim]) -> R<ValueId> {
@@ -185,22 +176,6 @@ fn from_i32_1based(cx: &mut Ctx, piv: ValueId) -> R<ValueId> {
     cx.bin_c(O::Sub, p, 1.0)
 }
 
-/// The diagonal [..., k] of `a` [..., m, n].
-fn diagonal(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
-    let dims = cx.dims(a);
-    let r = dims.len();
-    let (m, n) = (dims[r - 2].as_static().unwrap_or(0), dims[r - 1].as_static().unwrap_or(0));
-    let sq = slice_static(cx, a, r - 1, 0, m.min(n), 1)?;
-    let sq = slice_static(cx, sq, r - 2, 0, m.min(n), 1)?;
-    let sd = cx.dims(sq);
-    let i = rows(cx, &sd)?;
-    let j = cols(cx, &sd)?;
-    let eye = cx.cmp(Direction::Eq, i, j)?;
-    let zero = cx.full_like(Scalar::Float(0.0), sq)?;
-    let d = cx.select(eye, sq, zero)?;
-    cx.reduce(d, ReduceKind::Sum, &[r - 1], false)
-}
-
 /// info: the 1-based step of the first zero pivot, 0 if none.
 fn singular_info(cx: &mut Ctx, lu: ValueId) -> R<ValueId> {
     let d = diagonal(cx, lu)?;
@@ -269,9 +244,7 @@ fn unpack(cx: &mut Ctx, lu: ValueId, piv: ValueId) -> R<(ValueId, ValueId, Value
     // P = (swaps applied to I)ᵀ.
     let mut pd = dims[..r - 2].to_vec();
     pd.extend([Dim::Static(m), Dim::Static(m)]);
-    let (i, j) = (rows(cx, &pd)?, cols(cx, &pd)?);
-    let eye = cx.cmp(Direction::Eq, i, j)?;
-    let eye = cx.convert(eye, dt)?;
+    let eye = identity(cx, &pd, dt)?;
     let swapped = apply_pivots(cx, eye, piv, false)?;
     let p = mt(cx, swapped)?;
     Ok((p, l, u))
@@ -361,10 +334,7 @@ fn inv_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     square(cx, a, "linalg_inv")?;
     let (lu, piv) = factor(cx, a)?;
-    let dims = cx.dims(a);
-    let (i, j) = (rows(cx, &dims)?, cols(cx, &dims)?);
-    let eye = cx.cmp(Direction::Eq, i, j)?;
-    let eye = cx.convert(eye, cx.dtype(a))?;
+    let eye = identity(cx, &cx.dims(a), cx.dtype(a))?;
     let x = lu_solve_v(cx, lu, piv, eye, false)?;
     let info = singular_info(cx, lu)?;
     Ok(vec![Val::Tensor(x), Val::Tensor(info)])

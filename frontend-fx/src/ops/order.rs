@@ -115,14 +115,8 @@ fn median_impl(cx: &mut Ctx, skip_nan: bool, whole: bool) -> R<Vec<Val>> {
     let keep = !scalar && cx.bool_or("keepdim", false)?;
     let sorted = sort_v(cx, x, dim, false)?;
     let pos = median_pos(cx, x, dim, skip_nan)?;
-    let mut out = sorted_at(cx, sorted, dim, pos, keep || scalar)?;
-    if scalar {
-        for v in out.iter_mut() {
-            if let Val::Tensor(t) = *v {
-                *v = Val::Tensor(cx.reshape(t, vec![])?);
-            }
-        }
-    }
+    let picked = sorted_at(cx, sorted, dim, pos, keep || scalar)?;
+    let mut out = finish(cx, picked, scalar)?;
     if whole {
         out.truncate(1);
     }

@@ -30,16 +30,37 @@ pub const OPS: &[(&str, OpFn)] = &[
 ];
 
 /// Checks `a` is a float matrix stack [..., n, n] of static matrix dims; returns n.
-fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
-    let d = cx.dims(a);
-    let r = d.len();
-    if r < 2 || !cx.dtype(a).is_float() {
-        return err(format!("{what} needs float matrices [..., n, n], got {}", cx.ty(a)));
+pub(super) fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
+    let (m, n) = float_matrix(cx, a, what)?;
+    if m != n {
+        return err(format!("{what} needs square matrices, got {}", cx.ty(a)));
     }
-    match (&d[r - 2], &d[r - 1]) {
-        (Dim::Static(n), Dim::Static(m)) if n == m => Ok(*n),
-        _ => err(format!("{what} needs square matrices of static size, got {}", cx.ty(a))),
-    }
+    Ok(n)
+}
+
+/// The identity matrices of `dims` [..., n, n] in `dtype`.
+pub(super) fn identity(cx: &mut Ctx, dims: &[Dim], dtype: DType) -> R<ValueId> {
+    let r = dims.len();
+    let i = cx.iota(DType::I64, dims, r - 2)?;
+    let j = cx.iota(DType::I64, dims, r - 1)?;
+    let on = cx.cmp(Direction::Eq, i, j)?;
+    cx.convert(on, dtype)
+}
+
+/// The diagonal [..., min(m, n)] of `a` [..., m, n].
+pub(super) fn diagonal(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
+    let dims = cx.dims(a);
+    let r = dims.len();
+    let (m, n) = (dims[r - 2].as_static().unwrap_or(0), dims[r - 1].as_static().unwrap_or(0));
+    let sq = super::shape::slice_static(cx, a, r - 1, 0, m.min(n), 1)?;
+    let sq = super::shape::slice_static(cx, sq, r - 2, 0, m.min(n), 1)?;
+    let sd = cx.dims(sq);
+    let i = cx.iota(DType::I64, &sd, r - 2)?;
+    let j = cx.iota(DType::I64, &sd, r - 1)?;
+    let on = cx.cmp(Direction::Eq, i, j)?;
+    let zero = cx.full_like(Scalar::Float(0.0), sq)?;
+    let d = cx.select(on, sq, zero)?;
+    cx.reduce(d, ReduceKind::Sum, &[r - 1], false)
 }
 
 /// True on the lower (or upper) triangle of the trailing [n, n], diagonal included.
@@ -101,16 +122,7 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let l = cholesky_lower(cx, a)?;
     let info = if cx.used(1) && n > 0 {
         // The diagonal of L: the pivots.
-        let dims = cx.dims(l);
-        let r = dims.len();
-        let eye = {
-            let i = cx.iota(DType::I64, &dims, r - 2)?;
-            let j = cx.iota(DType::I64, &dims, r - 1)?;
-            cx.cmp(Direction::Eq, i, j)?
-        };
-        let z = cx.full_like(Scalar::Float(0.0), l)?;
-        let diag = cx.select(eye, l, z)?;
-        let piv = cx.reduce(diag, ReduceKind::Sum, &[r - 1], false)?;
+        let piv = diagonal(cx, l)?;
         let fin = cx.un(O::IsFinite, piv)?;
         let zp = cx.full_like(Scalar::Float(0.0), piv)?;
         let pos = cx.cmp(Direction::Gt, piv, zp)?;
@@ -164,17 +176,9 @@ fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn cholesky_inverse(cx: &mut Ctx) -> R<Vec<Val>> {
     let f = cx.t("self")?;
-    let n = square(cx, f, "cholesky_inverse")?;
+    square(cx, f, "cholesky_inverse")?;
     let upper = cx.bool_or("upper", false)?;
-    let dims = cx.dims(f);
-    let r = dims.len();
-    let i = cx.iota(DType::I64, &dims, r - 2)?;
-    let j = cx.iota(DType::I64, &dims, r - 1)?;
-    let on = cx.cmp(Direction::Eq, i, j)?;
-    let one_v = cx.full_like(Scalar::Float(1.0), f)?;
-    let zero = cx.full_like(Scalar::Float(0.0), f)?;
-    let eye = cx.select(on, one_v, zero)?;
-    let _ = n;
+    let eye = identity(cx, &cx.dims(f), cx.dtype(f))?;
     one(solve_with_factor(cx, eye, f, upper)?)
 }
 
@@ -205,7 +209,8 @@ fn triangular_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     Ok(vec![Val::Tensor(x), Val::Tensor(a2)])
 }
 
-fn float_matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
+/// Checks `a` is a float matrix stack [..., m, n] of static matrix dims; returns (m, n).
+pub(super) fn float_matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
     let d = cx.dims(a);
     let r = d.len();
     if r < 2 || !cx.dtype(a).is_float() {
