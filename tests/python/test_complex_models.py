@@ -3,18 +3,11 @@ the CLI (torch.export -> tpuc run): a Llama-style attention block with complex r
 embeddings (torch.polar / view_as_complex, as Meta's reference code writes them) and an
 FNet-style block (token mixing by a 2-D FFT, real part kept)."""
 
-import os
-import subprocess
-
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TPUC = os.environ.get("TPUC_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
-                                                  "debug", "tpuc")
+from cli_check import assert_cli_matches_eager
 
 
 def rope_freqs(dim: int, seq: int, theta: float = 10000.0) -> torch.Tensor:
@@ -94,15 +87,4 @@ def test_training_gradients_match_eager(name):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_cli_runs_the_export_equal_to_eager(name, tmp_path):
     torch.manual_seed(0)
-    model = MODELS[name]().eval()
-    x = torch.randn(2, 8, 32)
-    with torch.no_grad():
-        want = model(x)
-        ep = torch.export.export(model, (x,))
-    pt2 = str(tmp_path / "model.pt2")
-    torch.export.save(ep.run_decompositions(), pt2)
-    np.save(tmp_path / "x.npy", x.numpy())
-    np.save(tmp_path / "want.npy", want.numpy())
-    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--expect", str(tmp_path / "want.npy"),
-                        "--rtol", "1e-4", "--atol", "1e-4", "--no-cache"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert_cli_matches_eager(MODELS[name](), torch.randn(2, 8, 32), tmp_path)

@@ -1,5 +1,5 @@
 //! Matrix products: mm, bmm, addmm, matmul (with batch broadcasting), linear, baddbmm, mv,
-//! dot, outer and einsum, all as `dot_general`.
+//! dot, outer, einsum and the grouped GEMM of mixture-of-experts layers, all as `dot_general`.
 
 use super::*;
 use Opcode as O;
@@ -21,6 +21,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("ger.default", outer),
     ("linear.default", linear),
     ("einsum.default", einsum),
+    ("_grouped_mm.default", grouped_mm),
 ];
 
 /// Both operands in their promoted dtype.
@@ -414,4 +415,118 @@ fn einsum(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let perm: Vec<i64> = out.iter().map(|l| acc.labels.iter().position(|x| x == l).map_or(0, |p| p as i64)).collect();
     one(cx.transpose(acc.v, &perm)?)
+}
+
+/// Which group each position of a ragged dim of length `len` belongs to, as a mask [G, len]:
+/// group g spans `[offs[g-1], offs[g])` (from 0 for g = 0); positions past the last offset
+/// are in no group.
+fn group_mask(cx: &mut Ctx, offs: ValueId, len: &Dim) -> R<ValueId> {
+    let g = cx.dims(offs)[0].clone();
+    let gs = static_of(&g, "group count")?;
+    let end = cx.convert(offs, DType::I64)?;
+    let start = if gs > 1 {
+        let zero = cx.const_i64(&[1], &[0])?;
+        let head = cx.b.slice(end, &[0], &[gs - 1], &[1])?;
+        cx.b.concatenate(&[zero, head], 0)?
+    } else {
+        cx.const_i64(&[gs], &vec![0; gs as usize])?
+    };
+    let shape = vec![g, len.clone()];
+    let pos = cx.iota(DType::I64, &shape, 1)?;
+    let start = cx.b.broadcast_in_dim(start, &[0], shape.clone())?;
+    let end = cx.b.broadcast_in_dim(end, &[0], shape)?;
+    let ge = cx.cmp(Direction::Ge, pos, start)?;
+    let lt = cx.cmp(Direction::Lt, pos, end)?;
+    cx.bin(O::And, ge, lt)
+}
+
+/// `p` [..] where `mask` (broadcast along `dims` of p) holds, else 0, then summed over
+/// `group_dim`: selects each row's own group product without letting other groups' NaN or
+/// Inf through.
+fn pick_group(cx: &mut Ctx, p: ValueId, mask: ValueId, dims: &[i64], group_dim: usize) -> R<ValueId> {
+    let shape = cx.dims(p);
+    let m = cx.b.broadcast_in_dim(mask, dims, shape)?;
+    let zero = cx.full_like(Scalar::Float(0.0), p)?;
+    let s = cx.select(m, p, zero)?;
+    cx.reduce(s, ReduceKind::Sum, &[group_dim], false)
+}
+
+/// `_grouped_mm(a, b, offs)`, the grouped GEMM of mixture-of-experts layers:
+/// - a [M, K] × b [G, K, N], offs over M: rows of group g times b[g] → [M, N];
+/// - a [G, M, K] × b [K, N], offs over N: a[g] times the columns of group g → [M, N];
+/// - a [M, K] × b [K, N], offs over K: a[:, Kg] × b[Kg, :] per group → [G, M, N];
+/// - a [G, M, K] × b [G, K, N], no offs: a batched product.
+///
+/// Rows or columns past the last offset are zero (ATen leaves them uninitialised). Lowered densely (every group's
+/// product, then a select per row), which costs G times the FLOPs of the ragged product.
+fn grouped_mm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = cx.t("self")?;
+    let b = cx.t("mat2")?;
+    let offs = cx.opt_t("offs")?;
+    if cx.opt_t("bias")?.is_some() {
+        return err("_grouped_mm with a bias is not supported (nor is it by ATen)");
+    }
+    let (da, db) = (cx.dtype(a), cx.dtype(b));
+    if da != db || !da.is_float() {
+        return err(format!("_grouped_mm needs two floating-point operands of one dtype, got {} and {}", cx.ty(a), cx.ty(b)));
+    }
+    if let Some(od) = cx.opt_dtype("out_dtype")? {
+        if od != da {
+            return err(format!("_grouped_mm: out_dtype {} must match the operands' dtype {}", od.name(), da.name()));
+        }
+    }
+    let (ra, rb) = (cx.rank(a), cx.rank(b));
+    let (sa, sb) = (cx.dims(a), cx.dims(b));
+    let offs = match (offs, ra, rb) {
+        (None, 3, 3) => {
+            if sa[0] != sb[0] || sa[2] != sb[1] {
+                return err(format!("_grouped_mm: {} and {} do not multiply", cx.ty(a), cx.ty(b)));
+            }
+            return one(dg(cx, a, b, &[0], &[0], &[2], &[1])?);
+        }
+        (None, _, _) => return err(format!("_grouped_mm of {} and {} needs offs", cx.ty(a), cx.ty(b))),
+        (Some(o), _, _) => o,
+    };
+    if cx.rank(offs) != 1 || !cx.dtype(offs).is_int() {
+        return err(format!("_grouped_mm: offs must be a 1-D integer tensor, got {}", cx.ty(offs)));
+    }
+    let g = cx.dims(offs)[0].clone();
+    match (ra, rb) {
+        (2, 3) => {
+            if sb[0] != g || sa[1] != sb[1] {
+                return err(format!("_grouped_mm: {} and {} with {} groups do not multiply", cx.ty(a), cx.ty(b), g));
+            }
+            let p = dg(cx, a, b, &[], &[], &[1], &[1])?; // [M, G, N]
+            let mask = group_mask(cx, offs, &sa[0])?; // [G, M]
+            one(pick_group(cx, p, mask, &[1, 0], 1)?)
+        }
+        (3, 2) => {
+            if sa[0] != g || sa[2] != sb[0] {
+                return err(format!("_grouped_mm: {} and {} with {} groups do not multiply", cx.ty(a), cx.ty(b), g));
+            }
+            let p = dg(cx, a, b, &[], &[], &[2], &[0])?; // [G, M, N]
+            let mask = group_mask(cx, offs, &sb[1])?; // [G, N]
+            one(pick_group(cx, p, mask, &[0, 2], 0)?)
+        }
+        (2, 2) => {
+            if sa[1] != sb[0] {
+                return err(format!("_grouped_mm: {} and {} do not multiply", cx.ty(a), cx.ty(b)));
+            }
+            let mask = group_mask(cx, offs, &sa[1])?; // [G, K]
+            // Both operands masked per group so that NaN or Inf outside a group stays out.
+            // per_group(v, k_dim): v repeated per group [G, ..], zero outside the group's K.
+            let mut per_group = |v: ValueId, k_dim: i64| -> R<ValueId> {
+                let mut shape = vec![g.clone()];
+                shape.extend(cx.dims(v));
+                let gv = cx.b.broadcast_in_dim(v, &[1, 2], shape.clone())?;
+                let m = cx.b.broadcast_in_dim(mask, &[0, k_dim], shape)?;
+                let zero = cx.full_like(Scalar::Float(0.0), gv)?;
+                cx.select(m, gv, zero)
+            };
+            let ga = per_group(a, 2)?; // [G, M, K]
+            let gb = per_group(b, 1)?; // [G, K, N]
+            one(dg(cx, ga, gb, &[0], &[0], &[2], &[1])?)
+        }
+        _ => err(format!("_grouped_mm of {} and {} with offs is not a grouped product", cx.ty(a), cx.ty(b))),
+    }
 }

@@ -86,4 +86,13 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("upsample_bilinear2d.default", upsample_linear),
     ("upsample_trilinear3d.vec", upsample_linear),
     ("upsample_trilinear3d.default", upsample_linear),
+    ("_upsample_bilinear2d_aa.vec", upsample_aa),
+    ("_upsample_bilinear2d_aa.default", upsample_aa),
+    ("_upsample_bicubic2d_aa.vec", upsample_aa),
+    ("_upsample_bicubic2d_aa.default", upsample_aa),
+    ("upsample_linear1d_backward.default", upsample_interp_backward),
+    ("upsample_bilinear2d_backward.default", upsample_interp_backward),
+    ("upsample_trilinear3d_backward.default", upsample_interp_backward),
+    ("_upsample_bilinear2d_aa_backward.default", upsample_interp_backward),
+    ("_upsample_bicubic2d_aa_backward.default", upsample_interp_backward),
 ];
