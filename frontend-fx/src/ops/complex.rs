@@ -153,6 +153,9 @@ fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
     let mut out = Vec::new();
     for d in cx.ints("dim")? {
         let d = norm_dim(d, r)?;
+        if d >= r {
+            return err(format!("an FFT over dim {d} of a rank-{r} tensor"));
+        }
         if out.contains(&d) {
             return err(format!("fft dim {d} given twice"));
         }

@@ -74,6 +74,9 @@ fn triangle(cx: &mut Ctx, dims: &[Dim], lower: bool) -> R<ValueId> {
 /// Swaps the trailing two dims.
 pub(super) fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
     let r = cx.rank(a) as i64;
+    if r < 2 {
+        return err(format!("expected a matrix stack [..., m, n], got {}", cx.ty(a)));
+    }
     let mut p: Vec<i64> = (0..r).collect();
     p.swap(r as usize - 1, r as usize - 2);
     cx.transpose(a, &p)
@@ -82,6 +85,9 @@ pub(super) fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
 /// `a` and `b` with their batch dims broadcast to a common shape (matrix dims kept).
 pub(super) fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
     let (da, db) = (cx.dims(a), cx.dims(b));
+    if da.len() < 2 || db.len() < 2 {
+        return err(format!("expected two matrix stacks [..., m, n], got {} and {}", cx.ty(a), cx.ty(b)));
+    }
     let (ba, bb) = (&da[..da.len() - 2], &db[..db.len() - 2]);
     let batch = tpuc_ir::infer::broadcast_shapes(ba, bb)?;
     let grow = |cx: &mut Ctx, v: ValueId, d: &[Dim]| -> R<ValueId> {
@@ -252,9 +258,12 @@ fn with_cols(cx: &mut Ctx, a: ValueId, cols: i64) -> R<ValueId> {
 
 /// The full m×m Q of packed reflectors `p` [..., m, n] and `tau` [..., k].
 fn full_q(cx: &mut Ctx, p: ValueId, tau: ValueId, m: i64) -> R<ValueId> {
-    let pm = with_cols(cx, p, m)?;
     let tr = cx.rank(tau);
-    let k = cx.dims(tau)[tr - 1].as_static().unwrap_or(0);
+    let k = match cx.dims(tau).last().and_then(|d| d.as_static()) {
+        Some(k) if tr + 1 == cx.rank(p) && k <= m => k,
+        _ => return err(format!("tau {} does not fit the reflectors {}", cx.ty(tau), cx.ty(p))),
+    };
+    let pm = with_cols(cx, p, m)?;
     let tau = if k < m {
         let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(tau))?;
         let mut hi = vec![0i64; tr];
