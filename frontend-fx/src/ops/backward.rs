@@ -13,7 +13,6 @@ use tpuc_ir::{Direction, ReduceKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("convolution_backward.default", convolution_backward),
-    ("max_pool1d_with_indices_backward.default", max_pool_backward),
     ("max_pool2d_with_indices_backward.default", max_pool_backward),
     ("max_pool3d_with_indices_backward.default", max_pool_backward),
     ("_scaled_dot_product_flash_attention_for_cpu_backward.default", sdpa_flash_cpu_backward),
@@ -31,7 +30,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("nll_loss2d_backward.default", nll_loss_backward),
     ("select_backward.default", select_backward),
     ("slice_backward.default", slice_backward),
-    ("avg_pool1d_backward.default", avg_pool_backward),
     ("avg_pool2d_backward.default", avg_pool_backward),
     ("avg_pool3d_backward.default", avg_pool_backward),
 ];

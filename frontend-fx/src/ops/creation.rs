@@ -12,7 +12,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("zeros.default", zeros),
     ("ones.default", ones),
     ("empty.memory_format", zeros),
-    ("empty.default", zeros),
     ("empty_strided.default", zeros),
     ("empty_permuted.default", zeros),
     ("zeros_like.default", zeros_like),

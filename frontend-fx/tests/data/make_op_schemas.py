@@ -19,7 +19,7 @@ targets = []
 for f in sorted(glob.glob(os.path.join(root, "**", "*.rs"), recursive=True)):
     m = re.search(r"pub(?:\(\w+\))? const OPS: &\[\(&str, OpFn\)\] = &\[(.*?)\n\];", open(f).read(), re.S)
     if m:
-        targets += re.findall(r'\("([^"]+)",\s*\w+\)', m.group(1))
+        targets += re.findall(r'\("([^"]+)",\s*[\w:]+\)', m.group(1))
 lines = []
 for t in sorted(set(targets)):
     if t.startswith(("_operator.", "math.", "torch.")):

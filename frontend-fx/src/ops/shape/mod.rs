@@ -54,7 +54,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("to.device", to_copy),
     ("to.other", to_other),
     ("type_as.default", to_other),
-    ("_to_dim_order_copy.default", to_copy),
     ("permute.default", permute),
     ("permute_copy.default", permute),
     ("transpose.int", transpose),
