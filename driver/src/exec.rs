@@ -596,6 +596,21 @@ impl<'c> Runner<'c> {
         Ok(Runner { loaded, specs, resident, results: result_types(module) })
     }
 
+    /// A runner for a StableHLO module compiled as given (no tpuc IR beside it): every
+    /// argument of `sig` is a user input, in order.
+    pub fn from_signature(compiled: &'c Compiled, sig: &crate::signature::Signature) -> Result<Self, ExecError> {
+        let loaded = compiled.loaded.as_ref().ok_or_else(|| {
+            ExecError::Unsupported(format!(
+                "cannot run on {}: this host has no such device (the executable was compiled only)",
+                compiled.summary.target
+            ))
+        })?;
+        let specs: Vec<ArgSpec> =
+            sig.args.iter().map(|(name, ty)| ArgSpec { name: name.clone(), kind: ArgKind::UserInput, ty: ty.clone() }).collect();
+        let resident = vec![None; specs.len()];
+        Ok(Runner { loaded, specs, resident, results: sig.results.clone() })
+    }
+
     /// Replaces the resident value of a weight argument (e.g. after an optimizer step); the
     /// other weights stay on the device.
     pub fn update_weight(&mut self, name: &str, tensor: &HostTensor) -> Result<(), ExecError> {

@@ -17,6 +17,7 @@ pub mod buckets;
 pub mod dynamic;
 pub mod exec;
 pub mod session;
+pub mod signature;
 pub mod tensor;
 
 use std::borrow::Cow;

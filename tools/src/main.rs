@@ -279,7 +279,8 @@ struct CompileArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// The program: a .pt2 archive or a torch.export model.json.
+    /// The program: a .pt2 archive, a torch.export model.json, or StableHLO text (.mlir) from
+    /// any producer, run as given with every argument of its `main` from --inputs.
     model: PathBuf,
     #[command(flatten)]
     target: TargetArgs,
@@ -563,17 +564,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Compile(a) => {
-            let compiled = if a.model.extension().is_some_and(|e| e == "mlir") {
-                // StableHLO from any producer (tpuc lower, JAX, torch_xla): compiled as given.
-                let text = std::fs::read_to_string(&a.model)
-                    .map_err(|e| Failure::User(format!("cannot read `{}`: {e}", a.model.display())))?;
-                let req = a.target.request();
-                let label = a.model.display().to_string();
-                let compiled = match a.target.cache.open() {
-                    None => tpuc_driver::exec::compile_stablehlo(&text, &req),
-                    Some(cache) => tpuc_driver::exec::compile_cached(&text, &text, &req, &cache, &label),
-                };
-                compiled.map_err(DriverError::from)?
+            let compiled = if is_mlir(&a.model) {
+                compile_mlir(&a.model, &read_mlir(&a.model)?, &a.target)?
             } else {
                 let imported = tpuc_driver::import(&a.model)?;
                 if !imported.module.symbols.is_empty() {
@@ -610,6 +602,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+fn is_mlir(path: &std::path::Path) -> bool {
+    path.extension().is_some_and(|e| e == "mlir")
+}
+
+fn read_mlir(path: &std::path::Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| Failure::User(format!("cannot read `{}`: {e}", path.display())))
+}
+
+/// StableHLO text from any producer (tpuc lower, JAX, torch_xla), compiled as given (through
+/// the cache unless --no-cache).
+fn compile_mlir(path: &std::path::Path, text: &str, target: &TargetArgs) -> Result<tpuc_driver::exec::Compiled, Failure> {
+    let req = target.request();
+    let label = path.display().to_string();
+    let compiled = match target.cache.open() {
+        None => tpuc_driver::exec::compile_stablehlo(text, &req),
+        Some(cache) => tpuc_driver::exec::compile_cached(text, text, &req, &cache, &label),
+    };
+    Ok(compiled.map_err(DriverError::from)?)
 }
 
 /// `tpuc compile` of a program with symbolic dims: every bucket of the plan, one table row
@@ -737,11 +749,24 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         let t = HostTensor::read_npy(p).map_err(|e| Failure::User(e.to_string()))?;
         inputs.push((p.display().to_string(), t));
     }
+    let mut times = Vec::new();
+    if is_mlir(&a.model) {
+        let text = read_mlir(&a.model)?;
+        let sig = tpuc_driver::signature::main_signature(&text)
+            .map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
+        let compiled = compile_mlir(&a.model, &text, &a.target)?;
+        tracing::info!("{}", compiled.summary.line());
+        let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
+        let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
+        for _ in 1..a.repeat.max(1) {
+            times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
+        }
+        return finish_run(&a, &outputs, &times, None, compiled.summary.cache);
+    }
     let imported = tpuc_driver::import(&a.model)?;
     let options = a.pipeline.options(false, a.target.target);
     let cache = a.target.cache.open();
     let label = a.model.display().to_string();
-    let mut times = Vec::new();
     let (outputs, bucket, source) = if imported.module.symbols.is_empty() {
         let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
         report_passes(&lowered, options.pass_timing);
@@ -789,6 +814,18 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             .map_err(DriverError::from)?;
         (outputs, Some(bucket), compiled.summary.cache)
     };
+    finish_run(&a, &outputs, &times, bucket, source)
+}
+
+/// The end of `tpuc run`: the timing line (with --repeat), the outputs as the flags say, and
+/// the JSON summary.
+fn finish_run(
+    a: &RunArgs,
+    outputs: &[tpuc_driver::tensor::HostTensor],
+    times: &[tpuc_driver::exec::RunTimes],
+    bucket: Option<tpuc_driver::dynamic::Sizes>,
+    source: &str,
+) -> Result<(), Failure> {
     if a.repeat > 1 {
         let median = |f: &dyn Fn(&tpuc_driver::exec::RunTimes) -> std::time::Duration| {
             let mut v: Vec<f64> = times.iter().map(|t| f(t).as_secs_f64() * 1e6).collect();
@@ -805,7 +842,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             median(&|t| t.download)
         );
     }
-    let result = report_outputs(&a, &outputs);
+    let result = report_outputs(a, outputs);
     if a.json {
         let v = serde_json::json!({
             "bucket": bucket,

@@ -1,0 +1,76 @@
+"""StableHLO written by JAX (`jax.jit(f).lower(...).as_text()`), compiled and run by the tpuc
+CLI as given, equal to JAX's own results; and compiled for a TPU topology without a TPU."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # libtpu is installed for tpuc; JAX must not load it
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from cli_check import TPUC  # noqa: E402
+
+
+def mlp_softmax(x, w, b):
+    h = jnp.tanh(x @ w + b)
+    return jax.nn.softmax(h, axis=-1), h.sum(axis=0)
+
+
+def int_and_bool(a, b):
+    return (a * 3 + b) // 2, jnp.where(a > b, a, b).max(axis=1), (a & 5) == 1
+
+
+def bf16_mixed(x, w):
+    return (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32), jnp.cumsum(x, axis=1)
+
+
+rng = np.random.default_rng(0)
+# name: (function, arguments[, tolerance]). JAX's CPU client lets XLA keep the bf16 product in
+# f32 (excess precision); tpuc's compile options round it to bf16 as written, hence 1e-2 there.
+CASES = {
+    "mlp_softmax": (mlp_softmax, [rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 16), np.float32),
+                                  rng.standard_normal(16, np.float32)]),
+    "int_and_bool": (int_and_bool, [rng.integers(-50, 50, (3, 5), dtype=np.int32),
+                                    rng.integers(-50, 50, (3, 5), dtype=np.int32)]),
+    "bf16_mixed": (bf16_mixed, [rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 4), np.float32)], 1e-2),
+}
+
+
+def write_case(name, tmp_path):
+    f, args = CASES[name][:2]
+    mlir = tmp_path / f"{name}.mlir"
+    mlir.write_text(jax.jit(f).lower(*args).as_text())
+    ins = []
+    for i, a in enumerate(args):
+        ins.append(str(tmp_path / f"in_{i}.npy"))
+        np.save(ins[-1], a)
+    want = []
+    for i, o in enumerate(jax.jit(f)(*args)):
+        want.append(str(tmp_path / f"want_{i}.npy"))
+        np.save(want[-1], np.asarray(o))
+    return str(mlir), ins, want
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tpuc_run_equals_jax(name, tmp_path):
+    mlir, ins, want = write_case(name, tmp_path)
+    tol = str(CASES[name][2] if len(CASES[name]) > 2 else 1e-5)
+    p = subprocess.run([TPUC, "run", mlir, "--inputs", *ins, "--expect", *want, "--rtol", tol, "--atol", tol,
+                        "--no-cache", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(p.stdout.splitlines()[-1])
+    assert summary["ok"] and len(summary["outputs"]) == len(want)
+
+
+def test_jax_module_compiles_for_a_tpu_topology(tmp_path):
+    mlir, _, _ = write_case("mlp_softmax", tmp_path)
+    p = subprocess.run([TPUC, "compile", mlir, "--target", "tpu", "--topology", "v5e:2x2", "--no-cache", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["target"] == "tpu" and summary["topology"] == "v5e:2x2"
+    assert summary["cost"]["flops"] > 0
