@@ -590,6 +590,8 @@ impl Walk<'_, '_> {
         if is_view_op(&node.target) {
             self.views.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
         }
+        let scope = precision_scope(node).map_err(|message| ImportError::Op { at: boxed(), message })?;
+        let first_op = self.module.ops.len();
         let loc = self.module.add_loc(Loc::new(at.node.clone(), node.target.clone(), at.source.clone()));
         let mut b = Builder::new(self.module, self.block);
         b.loc = Some(loc);
@@ -597,6 +599,14 @@ impl Walk<'_, '_> {
             let mut cx = Ctx { b, node, st, outs };
             f(&mut cx).map_err(|e| ImportError::Op { at: boxed(), message: e.0 })?
         };
+        if let Some(p) = scope {
+            // Ops are allocated in order: those from first_op on are this node's.
+            for d in self.module.ops.values_mut().skip(first_op) {
+                if matches!(d.opcode, tpuc_ir::Opcode::DotGeneral | tpuc_ir::Opcode::Convolution) {
+                    d.attrs.set("precision_scope", tpuc_ir::AttrEnum::attr(p));
+                }
+            }
+        }
         if let Some(self_name) = &inplace_self {
             if let (Some(Val::Tensor(v)), Some(Val::Tensor(orig))) = (vals.first().cloned(), st.env.get(self_name).cloned()) {
                 // in-place results keep the mutated tensor's dtype and shape
@@ -653,6 +663,25 @@ impl Walk<'_, '_> {
         b.loc = Some(loc);
         let zero = b.scalar(tpuc_ir::Scalar::Int(0), ty.dtype).ok()?;
         b.broadcast_in_dim(zero, &[], ty.dims.to_vec()).ok()
+    }
+}
+
+/// The matmul precision a node's source scoped with `tpuc.precision(...)`, which torch carries
+/// as the custom metadata `{"tpuc.precision": "high"}` (`torch.fx.traceback.annotate`).
+fn precision_scope(node: &schema::Node<'_>) -> Result<Option<tpuc_ir::Precision>, String> {
+    use tpuc_ir::AttrEnum;
+    let Some(custom) = node.metadata.custom else { return Ok(None) };
+    let text = custom.text();
+    if !text.contains("tpuc.precision") {
+        return Ok(None);
+    }
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("custom metadata is not JSON: {e}"))?;
+    match v.get("tpuc.precision") {
+        None => Ok(None),
+        Some(Value::String(w)) => tpuc_ir::Precision::parse(w)
+            .map(Some)
+            .ok_or_else(|| format!("tpuc.precision {w:?}: expected one of {}", tpuc_ir::Precision::NAMES.join(", "))),
+        Some(other) => Err(format!("tpuc.precision {other}: expected a string")),
     }
 }
 

@@ -121,10 +121,15 @@ pub struct NodeMetadata<'a> {
     /// The trace when it is a string (anything else is read, then dropped).
     #[serde(default, borrow, deserialize_with = "string_or_none")]
     pub stack_trace: Option<StackTrace<'a>>,
+    /// User annotations (`torch.fx.traceback.annotate`) as torch writes them: a JSON object
+    /// inside a JSON string, read only where needed.
+    #[serde(default, borrow, deserialize_with = "string_or_none")]
+    pub custom: Option<StackTrace<'a>>,
 }
 
-/// A Python stack trace as its JSON string literal, borrowed from the input: most nodes'
-/// traces are never needed as text, and nodes of one source line share one.
+/// A JSON string literal borrowed from the input (a Python stack trace, or the custom
+/// metadata): most nodes' traces are never needed as text, and nodes of one source line share
+/// one.
 #[derive(Clone, Copy, Debug)]
 pub struct StackTrace<'a>(&'a RawValue);
 

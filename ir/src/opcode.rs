@@ -291,11 +291,13 @@ ops! {
 
     // ---- compute
     /// generalized matrix product: result dims are batch, lhs free, rhs free; `precision` is
-    /// `default`, `high` or `highest`
-    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", PRECISION)], PURE, 0;
+    /// `default`, `high` or `highest`; `precision_scope` is a precision the source asked for
+    /// this op (a `tpuc.precision` region), which the precision policy does not override
+    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE, 0;
     /// N-d convolution in layout lhs [N, C, spatial...], rhs [O, I, spatial...], result
-    /// [N, O, spatial...]; `padding` is [low0, high0, low1, high1, ...]
-    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", PRECISION)], PURE, 0;
+    /// [N, O, spatial...]; `padding` is [low0, high0, low1, high1, ...]; `precision` and
+    /// `precision_scope` as for `dot_general`
+    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE, 0;
     /// reduction of `dimensions` by `kind` (sum, prod, max, min, and, or); reduced dims removed
     Reduce = "reduce", Exactly(1), Exactly(1), [req("dimensions", K::Ints), req("kind", REDUCE_KIND)], PURE, 0;
     /// index of the max (`kind` = argmax) or min (argmin) along `dimension` (removed), first on

@@ -3,7 +3,8 @@
 //! Needs: a verified module.
 //! Guarantees: every `dot_general` and `convolution` whose operands are f32 (in every block,
 //! composite bodies included) gets both operands converted to bf16 and keeps its f32 result
-//! type, which StableHLO reads as the preferred (accumulation) element type. Nothing else
+//! type, which StableHLO reads as the preferred (accumulation) element type, except those with
+//! a `precision_scope` (the source asked for their precision explicitly). Nothing else
 //! changes: norms, softmax, reductions and elementwise math stay in f32. Converts of
 //! constant weights are folded by a later `canonicalize` (small ones) or by XLA. Changed when
 //! an op was rewritten.
@@ -24,7 +25,7 @@ impl Pass for Bf16Matmuls {
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !matches!(d.opcode, Opcode::DotGeneral | Opcode::Convolution) {
+                if !matches!(d.opcode, Opcode::DotGeneral | Opcode::Convolution) || d.attrs.get("precision_scope").is_some() {
                     continue;
                 }
                 let (l, r) = (d.operands[0], d.operands[1]);

@@ -4,7 +4,9 @@
 //! Guarantees: every `dot_general` and `convolution` (in every block, composite bodies
 //! included) on floating-point operands carries `precision` = the policy
 //! ([`crate::PipelineOptions::precision`]: the user's `--precision`, else `default` on TPU and
-//! `highest` on CPU), which the emitter writes as the StableHLO precision config. On TPU
+//! `highest` on CPU), or its own `precision_scope` where the source scoped one (a region under
+//! `tpuc.precision(...)` in the torch.compile path), which the emitter writes as the StableHLO
+//! precision config. On TPU
 //! `default` is one bf16 pass with f32 accumulation, `high` three, `highest` six; XLA's CPU
 //! backend computes f32 either way. Changed when an attribute was set or changed.
 
@@ -31,6 +33,7 @@ impl Pass for SetPrecision {
                     continue;
                 }
                 let dt = m.values[d.operands[0]].ty.dtype;
+                let want = d.attrs.get_enum::<Precision>("precision_scope").unwrap_or(want);
                 if !(dt.is_float() || dt.is_complex()) || d.attrs.get_enum::<Precision>("precision") == Some(want) {
                     continue;
                 }

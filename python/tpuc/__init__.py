@@ -2,6 +2,7 @@
 
     model = torch.compile(model, backend="tpuc")            # no `import tpuc` needed
     model = torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": "dump"})
+    with tpuc.precision("highest"): ...                      # one region's matmul precision
 
 See `tpuc.options` for the options and their `TPUC_*` environment variables.
 """
@@ -9,6 +10,7 @@ See `tpuc.options` for the options and their `TPUC_*` environment variables.
 from ._torch_version import SUPPORTED_TORCH, check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
 from .options import Options
+from .precision import precision
 from .stats import cache_stats, reset_stats, stats, warmup
 
 __version__ = "0.1.0"
@@ -34,6 +36,7 @@ __all__ = [
     "TpucFallbackWarning",
     "TpucUnsupportedError",
     "check_torch_version",
+    "precision",
     "cache_stats",
     "reset_stats",
     "stats",

@@ -3,9 +3,9 @@
 The graph is written unchanged (same nodes, names and targets) by torch's own graph serializer,
 with a signature that says which placeholders are parameters, buffers or lifted constants (the
 driver keeps those resident on the device) and which are user inputs. Node metadata is cut to
-what the importer reads (`val` for tensor types, `stack_trace` for source lines) while the
-serializer runs; Dynamo's other metadata (nn_module_stack with class objects, from_node) is
-slow to write and partly rejected by the serializer.
+what the importer reads (`val` for tensor types, `stack_trace` for source lines, `custom` for
+`tpuc.precision` regions) while the serializer runs; Dynamo's other metadata (nn_module_stack
+with class objects, from_node) is slow to write and partly rejected by the serializer.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _KIND = {
     "tensor_constant": InputKind.CONSTANT_TENSOR,
 }
 
-_KEEP_META = ("val", "stack_trace")
+_KEEP_META = ("val", "stack_trace", "custom")
 
 
 def target_name(target) -> str:

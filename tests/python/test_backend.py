@@ -746,6 +746,57 @@ def test_precision_follows_torch_unless_an_option_says_otherwise(tmp_path):
         torch.set_float32_matmul_precision(saved)
 
 
+class _ScopedHead(torch.nn.Module):
+    """Two matmuls, the second under a tpuc.precision region."""
+
+    def __init__(self, scope):
+        super().__init__()
+        self.body, self.head, self.scope = torch.nn.Linear(16, 16), torch.nn.Linear(16, 8), scope
+
+    def forward(self, x):
+        h = self.body(x).relu()
+        with tpuc.precision(self.scope):
+            return self.head(h)
+
+
+def _dot_precisions(text):
+    return re.findall(r"stablehlo.dot_general.*precision = \[(\w+), \w+\]", text)
+
+
+def test_precision_scope_sets_one_regions_matmuls_without_a_graph_break(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    # The graph's policy (here torch's highest, or the option) everywhere but in the region,
+    # which keeps its own under the bf16 option too; one graph with the rest (fullgraph).
+    for i, (options, want) in enumerate([
+        ({}, ["HIGHEST", "DEFAULT"]),
+        ({"precision": "default"}, ["DEFAULT", "HIGHEST"]),
+        ({"precision": "high", "bf16": True}, ["HIGH", "HIGHEST"]),
+    ]):
+        scope = "default" if not options else "highest"
+        model = _ScopedHead(scope)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="tpuc", fullgraph=True, options=dict(options, dump_dir=str(tmp_path / str(i))))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=3e-2, atol=3e-2)
+        (path,) = glob.glob(str(tmp_path / str(i) / "*" / "module.stablehlo.mlir"))
+        text = open(path).read()
+        assert _dot_precisions(text) == want, text
+        if options.get("bf16"):
+            # bf16 operands for the policy's matmul, f32 for the region's.
+            assert text.count("tensor<16x16xbf16>") and "tensor<8x16xbf16>" not in text
+    # Training: the region's backward matmuls carry it too.
+    model = _ScopedHead("default")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="tpuc", fullgraph=True, options={"dump_dir": str(tmp_path / "train")})
+    compiled(x).sum().backward()
+    texts = [open(p).read() for p in glob.glob(str(tmp_path / "train" / "*" / "module.stablehlo.mlir"))]
+    assert len(texts) == 2 and all("DEFAULT" in t and "HIGHEST" in t for t in texts)
+    with pytest.raises(ValueError, match="expected one of default, high, highest"):
+        with tpuc.precision("fast"):
+            pass
+
+
 def test_tpu_target_reads_torchs_untouched_highest_as_tpu_default():
     from tpuc.options import Options
 
