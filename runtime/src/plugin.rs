@@ -131,8 +131,18 @@ impl Plugin {
         self.create_client_with_options(&[])
     }
 
-    /// Creates a client with platform-specific options (`PJRT_Client_Create`).
+    /// Creates a client with platform-specific options (`PJRT_Client_Create`). The CPU plugin
+    /// logs each option it reads on stderr (`cpu_device_count set via create_options`): that
+    /// goes to `plugin-stderr.log` in [`libtpu_log_dir`]'s parent instead.
     pub fn create_client_with_options(&self, options: &[NamedValue]) -> Result<Client> {
+        let _quiet = if options.is_empty() {
+            None
+        } else {
+            let dir = libtpu_log_dir();
+            let dir = dir.parent().unwrap_or(&dir);
+            let _ = std::fs::create_dir_all(dir);
+            sys::StderrTo::file(&dir.join("plugin-stderr.log"))
+        };
         let raw = self.inner.api.create_client(options)?;
         Ok(Client::new(*self, Arc::new(raw)))
     }

@@ -1025,43 +1025,65 @@ impl RawLoaded {
         args: &[&RawBuffer],
         num_outputs: usize,
     ) -> Result<Vec<RawBuffer>> {
-        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|b| b.ptr.as_ptr()).collect();
-        let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
-        let mut outputs: Vec<*mut ffi::PJRT_Buffer> = vec![ptr::null_mut(); num_outputs];
-        let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
-        let mut events: [*mut ffi::PJRT_Event; 1] = [ptr::null_mut()];
+        let mut per_device = self.execute_on_devices(&[args.to_vec()], num_outputs)?;
+        Ok(per_device.pop().unwrap_or_default())
+    }
+
+    /// Runs on every device of the executable at once, `args[d]` the arguments of device `d`
+    /// (in [`RawLoaded::addressable_devices`] order), and waits for all of them. Returns the
+    /// outputs of each device.
+    pub(crate) fn execute_on_devices(
+        &self,
+        args: &[Vec<&RawBuffer>],
+        num_outputs: usize,
+    ) -> Result<Vec<Vec<RawBuffer>>> {
+        let n = args.len();
+        let num_args = args.first().map_or(0, Vec::len);
+        if args.iter().any(|a| a.len() != num_args) {
+            return Err(Error::InvalidArgument("every device needs the same number of arguments".into()));
+        }
+        let arg_ptrs: Vec<Vec<*mut ffi::PJRT_Buffer>> =
+            args.iter().map(|a| a.iter().map(|b| b.ptr.as_ptr()).collect()).collect();
+        let arg_lists: Vec<*const *mut ffi::PJRT_Buffer> = arg_ptrs.iter().map(|a| a.as_ptr()).collect();
+        let mut outputs: Vec<Vec<*mut ffi::PJRT_Buffer>> = vec![vec![ptr::null_mut(); num_outputs]; n];
+        let output_lists: Vec<*mut *mut ffi::PJRT_Buffer> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+        let mut events: Vec<*mut ffi::PJRT_Event> = vec![ptr::null_mut(); n];
         let mut options = Padded::<ffi::PJRT_ExecuteOptions>::new();
 
         let mut a = Padded::<ffi::PJRT_LoadedExecutable_Execute_Args>::new();
         a.executable = self.ptr.as_ptr();
         a.options = options.ptr();
         a.argument_lists = arg_lists.as_ptr();
-        a.num_devices = 1;
-        a.num_args = arg_ptrs.len();
+        a.num_devices = n;
+        a.num_args = num_args;
         a.output_lists = output_lists.as_ptr();
         a.device_complete_events = events.as_mut_ptr();
         let result = call!(self.api, PJRT_LoadedExecutable_Execute, a.ptr());
         // Own whatever the plugin produced before looking at the result.
-        let done = RawEvent::new(self.api, events[0]);
-        let buffers: Vec<RawBuffer> = outputs
+        let done: Vec<RawEvent> = events.iter().filter_map(|&e| RawEvent::new(self.api, e)).collect();
+        let buffers: Vec<Vec<RawBuffer>> = outputs
             .iter()
-            .filter_map(|&p| NonNull::new(p))
-            .map(|ptr| RawBuffer {
-                api: self.api,
-                ptr,
-                host_done: None,
-                _live: Live::new(),
-                _client: Arc::clone(&self.client),
+            .map(|o| {
+                o.iter()
+                    .filter_map(|&p| NonNull::new(p))
+                    .map(|ptr| RawBuffer {
+                        api: self.api,
+                        ptr,
+                        host_done: None,
+                        _live: Live::new(),
+                        _client: Arc::clone(&self.client),
+                    })
+                    .collect()
             })
             .collect();
         result?;
-        if let Some(done) = done {
-            done.wait()?;
+        for d in done {
+            d.wait()?;
         }
-        if buffers.len() != num_outputs {
+        if let Some(short) = buffers.iter().find(|b| b.len() != num_outputs) {
             return Err(self.api.contract(
                 "PJRT_LoadedExecutable_Execute",
-                format!("returned {} of {num_outputs} outputs", buffers.len()),
+                format!("returned {} of {num_outputs} outputs", short.len()),
             ));
         }
         Ok(buffers)
