@@ -104,9 +104,9 @@ pub fn bucket_name(sizes: &Sizes) -> String {
     sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
-/// Copies the box `[0, region)` of a row-major array of shape `src_dims` into one of shape
-/// `dst_dims` (both at least `region` in every dim).
-fn copy_box(src: &[u8], src_dims: &[i64], dst: &mut [u8], dst_dims: &[i64], region: &[i64], esz: usize) {
+/// Copies the box `[src_start, src_start + region)` of a row-major array of shape `src_dims`
+/// to `[0, region)` of one of shape `dst_dims` (both large enough in every dim).
+pub(crate) fn copy_box(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mut [u8], dst_dims: &[i64], region: &[i64], esz: usize) {
     let rank = region.len();
     if region.contains(&0) {
         return;
@@ -124,9 +124,10 @@ fn copy_box(src: &[u8], src_dims: &[i64], dst: &mut [u8], dst_dims: &[i64], regi
     };
     let (ss, ds) = (strides(src_dims), strides(dst_dims));
     let run = region[rank - 1] as usize * esz;
+    let base: usize = src_start.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
     let mut idx = vec![0i64; rank - 1];
     loop {
-        let so: usize = idx.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
+        let so: usize = base + idx.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum::<usize>();
         let d_o: usize = idx.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
         dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
         // Next row of the box.
@@ -160,7 +161,7 @@ pub fn pad_input(t: &HostTensor, padded: &[i64], fill: Option<f64>) -> HostTenso
             one.repeat(count as usize)
         }
     };
-    copy_box(&t.bytes, &t.dims, &mut bytes, padded, &t.dims, esz);
+    copy_box(&t.bytes, &t.dims, &vec![0; t.dims.len()], &mut bytes, padded, &t.dims, esz);
     HostTensor { dtype: t.dtype, dims: padded.to_vec(), bytes }
 }
 
@@ -203,7 +204,7 @@ pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTenso
     let esz = t.dtype.size_bytes();
     let count: i64 = out_dims.iter().product();
     let mut bytes = vec![0u8; count as usize * esz];
-    copy_box(&t.bytes, &fdims, &mut bytes, &region, &region, esz);
+    copy_box(&t.bytes, &fdims, &vec![0; fdims.len()], &mut bytes, &region, &region, esz);
     Ok(HostTensor { dtype: t.dtype, dims: out_dims, bytes })
 }
 

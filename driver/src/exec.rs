@@ -18,7 +18,8 @@ pub struct CompileRequest {
     pub target: Target,
     /// TPU topology name such as `v5e:2x2` (TPU only).
     pub topology: Option<String>,
-    /// SPMD partitions (1 = no partitioning). Arguments are replicated.
+    /// SPMD partitions (1 = no partitioning): the devices of the mesh of a program with
+    /// Shardy annotations, else a replicated program.
     pub partitions: i64,
     /// Explicit plugin path (default: discovered).
     pub plugin: Option<PathBuf>,
@@ -204,7 +205,12 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
             if req.topology.is_some() {
                 return Err(ExecError::BadInput("--topology applies to --target tpu only".into()));
             }
-            let client = plugin.create_client()?;
+            // The CPU plugin has 4 devices unless asked for another count.
+            let client = if req.partitions > 1 {
+                plugin.create_client_with_options(&[rt::NamedValue::int("cpu_device_count", req.partitions)])?
+            } else {
+                plugin.create_client()?
+            };
             let platform = client.platform_name()?;
             Ok(CompileTarget::Client(client, platform))
         }
@@ -239,7 +245,14 @@ fn compile_on(
     req: &CompileRequest,
 ) -> Result<(rt::Executable, Option<rt::LoadedExecutable>), ExecError> {
     let program = rt::Program::mlir(stablehlo);
-    let options = compile_options(req);
+    let mut options = compile_options(req);
+    // Shardy annotations (tpuc's --mesh/--shard, or a JAX module) need the Shardy partitioner.
+    options.use_shardy_partitioner = req.partitions > 1 && stablehlo.contains("sdy.mesh @");
+    if options.use_shardy_partitioner {
+        // Sharding attributes in StableHLO are imported through frontend attributes, which
+        // the newer in-HLO sharding form (v3) disables with a warning on stderr.
+        options.env_option_overrides.insert("xla_enable_hlo_sharding_v3".into(), rt::OptionOverride::Bool(false));
+    }
     Ok(match target {
         CompileTarget::Client(client, _) => {
             let loaded = client.compile(&program, &options)?;
@@ -568,12 +581,7 @@ pub struct Runner<'c> {
 impl<'c> Runner<'c> {
     /// Uploads the weight arguments (parameters, buffers, constants) of `module`'s `main`.
     pub fn new(compiled: &'c Compiled, module: &Module, weights: &BTreeMap<String, TensorData>) -> Result<Self, ExecError> {
-        let loaded = compiled.loaded.as_ref().ok_or_else(|| {
-            ExecError::Unsupported(format!(
-                "cannot run on {}: this host has no such device (the executable was compiled only)",
-                compiled.summary.target
-            ))
-        })?;
+        let loaded = loaded_of(compiled)?;
         let specs = arg_specs(module);
         let client = loaded.client();
         let mut resident = Vec::with_capacity(specs.len());
@@ -582,13 +590,7 @@ impl<'c> Runner<'c> {
                 resident.push(None);
                 continue;
             }
-            let w = weights.get(&spec.name).ok_or_else(|| {
-                ExecError::BadInput(format!(
-                    "no data for {} `{}`: a bare model.json carries no weights; run the .pt2 archive",
-                    spec.kind.name(),
-                    spec.name
-                ))
-            })?;
+            let w = weight_of(weights, spec)?;
             let dims = w.ty.static_dims().unwrap_or_default();
             let bytes = w.to_dense_bytes();
             resident.push(Some(std::sync::Arc::new(client.buffer_from_host(&bytes, element_type(w.ty.dtype), &dims, None)?)));
@@ -599,12 +601,7 @@ impl<'c> Runner<'c> {
     /// A runner for a StableHLO module compiled as given (no tpuc IR beside it): every
     /// argument of `sig` is a user input, in order.
     pub fn from_signature(compiled: &'c Compiled, sig: &crate::signature::Signature) -> Result<Self, ExecError> {
-        let loaded = compiled.loaded.as_ref().ok_or_else(|| {
-            ExecError::Unsupported(format!(
-                "cannot run on {}: this host has no such device (the executable was compiled only)",
-                compiled.summary.target
-            ))
-        })?;
+        let loaded = loaded_of(compiled)?;
         let specs: Vec<ArgSpec> =
             sig.args.iter().map(|(name, ty)| ArgSpec { name: name.clone(), kind: ArgKind::UserInput, ty: ty.clone() }).collect();
         let resident = vec![None; specs.len()];
@@ -641,25 +638,7 @@ impl<'c> Runner<'c> {
     pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<(Vec<HostTensor>, RunTimes), ExecError> {
         let mut times = RunTimes::default();
         let t0 = Instant::now();
-        let user: Vec<&ArgSpec> = self.specs.iter().filter(|s| !s.kind.is_weight()).collect();
-        if user.len() != inputs.len() {
-            return Err(ExecError::BadInput(format!(
-                "the program takes {} input(s) ({}), got {}",
-                user.len(),
-                show_inputs(&user),
-                inputs.len()
-            )));
-        }
-        for (k, (spec, (source, t))) in user.iter().zip(inputs).enumerate() {
-            if t.dims.len() != spec.ty.rank() || t.ty() != spec.ty {
-                return Err(ExecError::BadInput(format!(
-                    "input {k} (`{}`) expects {}, got {} from {source}",
-                    spec.name,
-                    spec.ty,
-                    t.ty()
-                )));
-            }
-        }
+        check_inputs(&self.specs, inputs)?;
         times.check = t0.elapsed();
         let t1 = Instant::now();
         let client = self.loaded.client();
@@ -684,6 +663,52 @@ impl<'c> Runner<'c> {
         times.download = t3.elapsed();
         Ok((host, times))
     }
+}
+
+/// The loaded executable to run, or why there is none (compiled for a device this host lacks).
+pub(crate) fn loaded_of(compiled: &Compiled) -> Result<&rt::LoadedExecutable, ExecError> {
+    compiled.loaded.as_ref().ok_or_else(|| {
+        ExecError::Unsupported(format!(
+            "cannot run on {}: this host has no such device (the executable was compiled only)",
+            compiled.summary.target
+        ))
+    })
+}
+
+/// The data of weight argument `spec`.
+pub(crate) fn weight_of<'w>(weights: &'w BTreeMap<String, TensorData>, spec: &ArgSpec) -> Result<&'w TensorData, ExecError> {
+    weights.get(&spec.name).ok_or_else(|| {
+        ExecError::BadInput(format!(
+            "no data for {} `{}`: a bare model.json carries no weights; run the .pt2 archive",
+            spec.kind.name(),
+            spec.name
+        ))
+    })
+}
+
+/// Checks the count, dtype and shape of the user inputs against the program's signature,
+/// naming the argument on a mismatch.
+pub(crate) fn check_inputs(specs: &[ArgSpec], inputs: &[(String, HostTensor)]) -> Result<(), ExecError> {
+    let user: Vec<&ArgSpec> = specs.iter().filter(|s| !s.kind.is_weight()).collect();
+    if user.len() != inputs.len() {
+        return Err(ExecError::BadInput(format!(
+            "the program takes {} input(s) ({}), got {}",
+            user.len(),
+            show_inputs(&user),
+            inputs.len()
+        )));
+    }
+    for (k, (spec, (source, t))) in user.iter().zip(inputs).enumerate() {
+        if t.dims.len() != spec.ty.rank() || t.ty() != spec.ty {
+            return Err(ExecError::BadInput(format!(
+                "input {k} (`{}`) expects {}, got {} from {source}",
+                spec.name,
+                spec.ty,
+                t.ty()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The arguments of one execute, in order: the resident weights in their slots and the
@@ -712,7 +737,7 @@ pub fn run(
     Ok(Runner::new(compiled, module, weights)?.run(inputs)?.0)
 }
 
-fn result_types(module: &Module) -> Vec<TensorType> {
+pub(crate) fn result_types(module: &Module) -> Vec<TensorType> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
     match module.terminator(entry) {

@@ -18,6 +18,7 @@ pub mod dynamic;
 pub mod exec;
 pub mod session;
 pub mod signature;
+pub mod spmd;
 pub mod tensor;
 
 use std::borrow::Cow;
@@ -72,6 +73,8 @@ pub struct LowerOptions {
     pub passes: Option<Vec<String>>,
     /// Ask for per-pass timings (they are always measured; callers print them when set).
     pub pass_timing: bool,
+    /// An SPMD program: the device mesh and argument shardings, emitted as Shardy.
+    pub sharding: Option<spmd::MeshSharding>,
 }
 
 impl LowerOptions {
@@ -112,6 +115,9 @@ pub enum DriverError {
     IrText { path: String, message: String },
     #[error(transparent)]
     Exec(exec::ExecError),
+    /// Options that do not fit the program (e.g. a sharding naming no argument).
+    #[error("{0}")]
+    Options(String),
 }
 
 impl DriverError {
@@ -127,6 +133,7 @@ impl DriverError {
             // Plugin failures (a compile error, a missing plugin) are reported with the plugin's
             // message; the user can act on them (fix the program, install the plugin).
             DriverError::Exec(_) => true,
+            DriverError::Options(_) => true,
         }
     }
 }
@@ -142,6 +149,8 @@ pub struct Lowered {
     pub notes: Vec<String>,
     /// Whether `stablehlo` was emitted with the options cache keys use.
     stablehlo_is_key: bool,
+    /// The mesh and argument shardings the program was emitted with (part of its key).
+    pub sharding: Option<spmd::MeshSharding>,
 }
 
 impl Lowered {
@@ -153,13 +162,14 @@ impl Lowered {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
             // The pass manager verified the module at the end of the pipeline.
-            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options())?)),
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.sharding))?)),
         }
     }
 }
 
-fn key_emit_options() -> EmitOptions {
-    EmitOptions { module_name: "main".to_string(), debug_locations: false, ..Default::default() }
+/// The emitter options of cache keys: no locations, `module @main`, the program's sharding.
+fn key_emit_options(sharding: &Option<spmd::MeshSharding>) -> EmitOptions {
+    EmitOptions { module_name: "main".to_string(), debug_locations: false, sharding: sharding.clone(), ..Default::default() }
 }
 
 /// Wall time of each stage.
@@ -247,9 +257,13 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
     let notes = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
+    if let Some(sh) = &options.sharding {
+        spmd::check(sh, &module).map_err(DriverError::Options)?;
+    }
     let opts = EmitOptions {
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
         debug_locations: options.debug_locations,
+        sharding: options.sharding.clone(),
         ..Default::default()
     };
     let stablehlo = match emit {
@@ -262,8 +276,8 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             Some(text)
         }
     };
-    let stablehlo_is_key = opts == key_emit_options();
-    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key })
+    let stablehlo_is_key = opts == key_emit_options(&opts.sharding);
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding })
 }
 
 /// Import then lower, timing the import too.

@@ -229,6 +229,17 @@ impl<'m> Emitter<'m> {
             write_symbol(&mut self.out, &self.opts.module_name);
             self.out.push_str(" {\n");
         }
+        if let Some(sh) = &self.opts.sharding {
+            self.out.push_str("  sdy.mesh @mesh = <[");
+            for (i, (name, size)) in sh.axes.iter().enumerate() {
+                if i > 0 {
+                    self.out.push_str(", ");
+                }
+                write_str_lit(&mut self.out, name);
+                let _ = write!(self.out, "={size}");
+            }
+            self.out.push_str("]>\n");
+        }
         let main = self.m.main_func().map(|f| f as *const _);
         for fi in 0..self.m.funcs.len() {
             let is_main = main == Some(&self.m.funcs[fi] as *const _);
@@ -249,6 +260,38 @@ impl<'m> Emitter<'m> {
             }
             self.out.push_str(")\n");
         }
+        Ok(())
+    }
+
+    /// `, sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>` for argument `name` (or a
+    /// replicated value, `name` None) of rank `rank`, when the module is sharded; the leading
+    /// comma is left out when the dictionary has nothing before it.
+    fn sdy_sharding(&mut self, name: Option<&str>, rank: usize) -> Result<(), EmitError> {
+        let Some(sh) = &self.opts.sharding else { return Ok(()) };
+        let dims = name.and_then(|n| sh.args.get(n));
+        if let (Some(n), Some(d)) = (name, dims) {
+            if d.len() != rank {
+                return Err(EmitError::Sharding(format!("`{n}` has rank {rank}, its sharding names {} dims", d.len())));
+            }
+        }
+        if !self.out.ends_with('{') {
+            self.out.push_str(", ");
+        }
+        self.out.push_str("sdy.sharding = #sdy.sharding<@mesh, [");
+        for i in 0..rank {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.out.push('{');
+            for (j, axis) in dims.map_or(&[][..], |d| &d[i][..]).iter().enumerate() {
+                if j > 0 {
+                    self.out.push_str(", ");
+                }
+                write_str_lit(&mut self.out, axis);
+            }
+            self.out.push('}');
+        }
+        self.out.push_str("]>");
         Ok(())
     }
 
@@ -281,6 +324,13 @@ impl<'m> Emitter<'m> {
                     info.kind.name()
                 );
                 write_str_lit(&mut self.out, &info.name);
+                if is_main {
+                    self.sdy_sharding(Some(&info.name), t.rank())?;
+                }
+                self.out.push('}');
+            } else if is_main && self.opts.sharding.is_some() {
+                self.out.push_str(" {");
+                self.sdy_sharding(None, t.rank())?;
                 self.out.push('}');
             }
         }
@@ -302,6 +352,13 @@ impl<'m> Emitter<'m> {
                         info.kind.name()
                     );
                     write_str_lit(&mut self.out, &info.name);
+                    if is_main {
+                        self.sdy_sharding(None, t.rank())?;
+                    }
+                    self.out.push('}');
+                } else if is_main && self.opts.sharding.is_some() {
+                    self.out.push_str(" {");
+                    self.sdy_sharding(None, t.rank())?;
                     self.out.push('}');
                 }
             }

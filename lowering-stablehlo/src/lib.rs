@@ -62,6 +62,21 @@ pub struct EmitOptions {
     pub debug_locations: bool,
     /// Lowering of `erf`.
     pub erf: ErfLowering,
+    /// A device mesh and argument shardings, emitted as Shardy attributes (SPMD programs).
+    pub sharding: Option<MeshSharding>,
+}
+
+/// A device mesh and the shardings of `main`'s arguments, emitted as Shardy: `sdy.mesh @mesh`
+/// at module level and an `sdy.sharding` on every argument and result (arguments without an
+/// entry, and all results, replicated), for a program partitioned over the mesh's devices
+/// (device p holds the shard at p's row-major position in the mesh).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MeshSharding {
+    /// Axis names and sizes, major to minor.
+    pub axes: Vec<(String, i64)>,
+    /// By argument name (`tpuc.name`): for each dim, the mesh axes it is split over, major
+    /// first (none: that dim is whole on every device).
+    pub args: std::collections::BTreeMap<String, Vec<Vec<String>>>,
 }
 
 impl Default for EmitOptions {
@@ -70,6 +85,7 @@ impl Default for EmitOptions {
             module_name: "tpuc".to_string(),
             debug_locations: false,
             erf: ErfLowering::Polynomial,
+            sharding: None,
         }
     }
 }
@@ -100,6 +116,9 @@ pub enum EmitError {
     /// The module has no function.
     #[error("module has no functions")]
     NoFunctions,
+    /// A sharding that does not fit the program's arguments or the mesh.
+    #[error("sharding: {0}")]
+    Sharding(String),
 }
 
 struct VerifyErrors<'a>(&'a [VerifyError]);

@@ -140,12 +140,50 @@ struct PipelineArgs {
     /// runs none.
     #[arg(long, value_name = "LIST", value_delimiter = ',', num_args = 0..)]
     passes: Option<Vec<String>>,
+    /// SPMD over a device mesh: axis names and sizes, major to minor (e.g. x=2,y=2); the
+    /// program is partitioned over its devices (device p at p's row-major mesh position).
+    #[arg(long, value_name = "AXES", value_parser = mesh_arg)]
+    mesh: Option<MeshArg>,
+    /// Split an argument over mesh axes (repeatable; needs --mesh): NAME=AXES with one entry
+    /// per dim, a mesh axis, axes joined by `+`, or `_` for a whole dim (e.g. fc1.weight=y,_).
+    /// NAME as the program's arguments are named (`tpuc.name`: a parameter's qualified name or
+    /// an input's name). Other arguments and all results are replicated.
+    #[arg(long, value_name = "NAME=AXES", requires = "mesh", value_parser = shard_arg)]
+    shard: Vec<ShardArg>,
+}
+
+/// `--mesh x=2,y=2`.
+#[derive(Clone, Debug)]
+struct MeshArg(Vec<(String, i64)>);
+/// `--shard NAME=AXES`.
+#[derive(Clone, Debug)]
+struct ShardArg(String, Vec<Vec<String>>);
+
+fn mesh_arg(s: &str) -> Result<MeshArg, String> {
+    tpuc_driver::spmd::parse_mesh(s).map(MeshArg)
+}
+
+fn shard_arg(s: &str) -> Result<ShardArg, String> {
+    tpuc_driver::spmd::parse_shard(s).map(|(n, d)| ShardArg(n, d))
 }
 
 impl PipelineArgs {
+    /// The mesh and argument shardings of --mesh / --shard.
+    fn sharding(&self) -> Result<Option<tpuc_driver::spmd::MeshSharding>, Failure> {
+        let Some(mesh) = &self.mesh else { return Ok(None) };
+        let mut args = std::collections::BTreeMap::new();
+        for ShardArg(name, dims) in &self.shard {
+            if args.insert(name.clone(), dims.clone()).is_some() {
+                return Err(Failure::User(format!("--shard gives `{name}` twice")));
+            }
+        }
+        Ok(Some(tpuc_driver::spmd::MeshSharding { axes: mesh.0.clone(), args }))
+    }
+
     /// Lowering options for `target` with these flags.
-    fn options(&self, inline_weights: bool, target: Target) -> LowerOptions {
-        LowerOptions {
+    fn options(&self, inline_weights: bool, target: Target) -> Result<LowerOptions, Failure> {
+        Ok(LowerOptions {
+            sharding: self.sharding()?,
             inline_weights,
             target,
             precision: self.precision,
@@ -154,7 +192,7 @@ impl PipelineArgs {
             no_fusion: self.no_fusion,
             passes: self.passes.clone().map(|v| v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -166,7 +204,8 @@ struct TargetArgs {
     /// TPU topology to compile for, e.g. v5e:2x2, v6e:2x2, v5p:2x2x1 (with --target tpu).
     #[arg(long, value_name = "NAME")]
     topology: Option<String>,
-    /// SPMD partitions over the topology's devices (arguments replicated).
+    /// SPMD partitions over the topology's devices, arguments replicated (--mesh sets it to
+    /// the mesh's device count).
     #[arg(long, default_value_t = 1, value_name = "N")]
     partitions: i64,
     /// PJRT plugin library to use instead of the discovered one (also: TPUC_PJRT_PLUGIN,
@@ -229,7 +268,7 @@ fn compile_lowered(
     cache: Option<&tpuc_driver::exec::Cache>,
     label: &str,
 ) -> Result<tpuc_driver::exec::Compiled, Failure> {
-    let req = target.request();
+    let req = target.request_for(&lowered.sharding)?;
     tpuc_driver::exec::check_target_support(&lowered.module, req.target).map_err(DriverError::from)?;
     let text = lowered.stablehlo.as_deref().unwrap_or_default();
     let compiled = match cache {
@@ -242,6 +281,19 @@ fn compile_lowered(
 }
 
 impl TargetArgs {
+    /// The request for a program emitted with `sharding`: one partition per mesh device.
+    fn request_for(&self, sharding: &Option<tpuc_driver::spmd::MeshSharding>) -> Result<tpuc_driver::exec::CompileRequest, Failure> {
+        let mut req = self.request();
+        if let Some(sh) = sharding {
+            let n = tpuc_driver::spmd::device_count(sh);
+            if self.partitions != 1 && self.partitions != n {
+                return Err(Failure::User(format!("--partitions {} does not match the mesh's {n} devices", self.partitions)));
+            }
+            req.partitions = n;
+        }
+        Ok(req)
+    }
+
     fn request(&self) -> tpuc_driver::exec::CompileRequest {
         tpuc_driver::exec::CompileRequest {
             target: self.target,
@@ -443,15 +495,15 @@ struct PassRunArgs {
 }
 
 impl PassRunArgs {
-    fn options(&self) -> LowerOptions {
-        LowerOptions {
+    fn options(&self) -> Result<LowerOptions, Failure> {
+        Ok(LowerOptions {
             verify_each: self.verify_each,
             print_after_all: self.print_after_all,
             dump_dir: self.dump_dir.clone(),
             debug_locations: self.debug_locations,
             pass_timing: self.pass_timing,
-            ..self.pipeline.options(self.inline_weights, self.target)
-        }
+            ..self.pipeline.options(self.inline_weights, self.target)?
+        })
     }
 
     /// Imports and runs the pipeline, reporting pass notes and timings.
@@ -461,7 +513,7 @@ impl PassRunArgs {
             EmitKind::Stablehlo => Emit::StableHlo,
         };
         let lowered = if self.bucket.is_empty() {
-            tpuc_driver::compile_file(model, &self.options(), emit)?
+            tpuc_driver::compile_file(model, &self.options()?, emit)?
         } else {
             let mut bucket = tpuc_driver::dynamic::Sizes::new();
             for b in &self.bucket {
@@ -470,7 +522,7 @@ impl PassRunArgs {
                 bucket.insert(name.to_string(), size.trim().parse().map_err(|_| bad())?);
             }
             let imported = tpuc_driver::import(model)?;
-            tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &self.options(), emit)?.lowered
+            tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &self.options()?, emit)?.lowered
         };
         report_passes(&lowered, self.pass_timing);
         Ok(lowered)
@@ -569,9 +621,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 let imported = tpuc_driver::import(&a.model)?;
                 if !imported.module.symbols.is_empty() {
+                    if a.pipeline.mesh.is_some() {
+                        return Err(Failure::User("--mesh with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
+                    }
                     return compile_buckets(&a, imported);
                 }
-                let options = a.pipeline.options(a.inline_weights, a.target.target);
+                let options = a.pipeline.options(a.inline_weights, a.target.target)?;
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
                 let cache = a.target.cache.open();
@@ -632,7 +687,7 @@ fn compile_buckets(a: &CompileArgs, imported: tpuc_driver::Imported) -> Result<(
         return Err(Failure::User("-o writes one executable; a program with symbolic dims compiles one per bucket (they go to the cache)".into()));
     }
     let plan = a.buckets.plan_for(&imported.module)?;
-    let options = a.pipeline.options(a.inline_weights, a.target.target);
+    let options = a.pipeline.options(a.inline_weights, a.target.target)?;
     let cache = a.target.cache.open();
     let combos = bucket_combinations(&plan);
     let serves = |name: &str, b: i64| -> (i64, i64) {
@@ -764,7 +819,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         return finish_run(&a, &outputs, &times, None, compiled.summary.cache);
     }
     let imported = tpuc_driver::import(&a.model)?;
-    let options = a.pipeline.options(false, a.target.target);
+    let options = a.pipeline.options(false, a.target.target)?;
     let cache = a.target.cache.open();
     let label = a.model.display().to_string();
     let (outputs, bucket, source) = if imported.module.symbols.is_empty() {
@@ -772,6 +827,14 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         report_passes(&lowered, options.pass_timing);
         let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &label)?;
         tracing::info!("{}", compiled.summary.line());
+        if let Some(sh) = &lowered.sharding {
+            if a.repeat > 1 {
+                return Err(Failure::User("--repeat times single-device programs; a --mesh program runs once".into()));
+            }
+            let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
+            let outputs = runner.run(&inputs).map_err(DriverError::from)?;
+            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
+        }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
         let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
         for _ in 1..a.repeat.max(1) {
@@ -779,6 +842,9 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         }
         (outputs, None, compiled.summary.cache)
     } else {
+        if options.sharding.is_some() {
+            return Err(Failure::User("--mesh with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
+        }
         let plan = a.buckets.plan_for(&imported.module)?;
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
         let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
@@ -971,13 +1037,13 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             Ok(())
         }
         CacheCommand::Explain(a) => {
-            let options = a.pipeline.options(a.inline_weights, a.target.target);
+            let options = a.pipeline.options(a.inline_weights, a.target.target)?;
             let imported = tpuc_driver::import(&a.model)?;
             let cache = open(&a.target.cache.location);
             if imported.module.symbols.is_empty() {
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
-                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request(), &a.model.display().to_string())
+                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request_for(&lowered.sharding)?, &a.model.display().to_string())
                     .map_err(DriverError::from)?;
                 print!("{}", cache.explain(&kc));
                 return Ok(());

@@ -1,0 +1,276 @@
+//! SPMD programs over a device mesh: the mesh and argument shardings given on the command line
+//! (`--mesh x=2,y=2`, `--shard fc1.weight=y,_`), checked against the program, emitted as Shardy
+//! by the StableHLO emitter ([`MeshSharding`]), and on the host the per-device shards of each
+//! argument (device p holds the block at p's row-major position in the mesh). Results are
+//! emitted replicated, so every device returns them whole.
+
+use crate::exec::ExecError;
+use crate::tensor::HostTensor;
+use std::collections::BTreeMap;
+use tpuc_ir::Module;
+pub use tpuc_lowering_stablehlo::MeshSharding;
+
+/// Parses `x=2,y=2` (axis names and sizes, major to minor).
+pub fn parse_mesh(text: &str) -> Result<Vec<(String, i64)>, String> {
+    let mut axes: Vec<(String, i64)> = Vec::new();
+    for part in text.split(',') {
+        let (name, size) = part.split_once('=').ok_or_else(|| format!("mesh axis `{part}`: expected NAME=SIZE (e.g. --mesh x=2,y=2)"))?;
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name == "_" {
+            return Err(format!("mesh axis name `{name}`: letters, digits and `_` only"));
+        }
+        if axes.iter().any(|(n, _)| n == name) {
+            return Err(format!("mesh axis `{name}` given twice"));
+        }
+        let size: i64 = size.trim().parse().ok().filter(|&s| s >= 1).ok_or_else(|| format!("mesh axis `{name}`: size `{size}` is not a positive integer"))?;
+        axes.push((name.to_string(), size));
+    }
+    Ok(axes)
+}
+
+/// Parses one `--shard NAME=AXES`: AXES one entry per dim, an axis name, several joined by
+/// `+` (major first), or `_` for a dim kept whole.
+pub fn parse_shard(text: &str) -> Result<(String, Vec<Vec<String>>), String> {
+    let (name, axes) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("--shard `{text}`: expected NAME=AXES, one entry per dim (e.g. fc1.weight=y,_)"))?;
+    let dims = axes
+        .split(',')
+        .map(|d| match d.trim() {
+            "_" | "" => Vec::new(),
+            d => d.split('+').map(|a| a.trim().to_string()).collect(),
+        })
+        .collect();
+    Ok((name.trim().to_string(), dims))
+}
+
+/// Devices in the mesh.
+pub fn device_count(sh: &MeshSharding) -> i64 {
+    sh.axes.iter().map(|(_, s)| s).product()
+}
+
+/// Checks `sh` against `main`'s arguments: every name an argument, one entry per dim, known
+/// axes each used once per argument, static dims that divide evenly.
+pub fn check(sh: &MeshSharding, module: &Module) -> Result<(), String> {
+    let Some(func) = module.main_func() else { return Err("the program has no main function".into()) };
+    let entry = module.entry_block(func);
+    let args: BTreeMap<&str, usize> = func.args.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect();
+    for (name, dims) in &sh.args {
+        let Some(&i) = args.get(name.as_str()) else {
+            let known: Vec<&str> = args.keys().copied().collect();
+            return Err(format!("--shard names `{name}`, which is not an argument of the program (arguments: {})", known.join(", ")));
+        };
+        let ty = &module.values[module.blocks[entry].args[i]].ty;
+        if dims.len() != ty.rank() {
+            return Err(format!("--shard {name}: {} entries for `{name}`: {ty}, which has {} dims", dims.len(), ty.rank()));
+        }
+        let mut used: Vec<&str> = Vec::new();
+        for (d, axes) in dims.iter().enumerate() {
+            let mut parts = 1;
+            for a in axes {
+                let Some((_, size)) = sh.axes.iter().find(|(n, _)| n == a) else {
+                    let known: Vec<&str> = sh.axes.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(format!("--shard {name}: unknown mesh axis `{a}` (the mesh has {})", known.join(", ")));
+                };
+                if used.contains(&a.as_str()) {
+                    return Err(format!("--shard {name}: mesh axis `{a}` used twice"));
+                }
+                used.push(a);
+                parts *= size;
+            }
+            if let Some(n) = ty.dims[d].as_static() {
+                if n % parts != 0 {
+                    return Err(format!(
+                        "--shard {name}: dim {d} of `{name}` ({ty}) has size {n}, which does not split into {parts} equal shards"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The mesh coordinates of device `p` (row-major).
+fn coords(sh: &MeshSharding, p: i64) -> BTreeMap<&str, i64> {
+    let mut out = BTreeMap::new();
+    let mut rest = p;
+    for (name, size) in sh.axes.iter().rev() {
+        out.insert(name.as_str(), rest % size);
+        rest /= size;
+    }
+    out
+}
+
+/// The block of `t` that device `p` holds under the sharding `dims` of argument `name`
+/// (the whole tensor when the argument is not sharded).
+pub fn shard_for_device(sh: &MeshSharding, name: &str, t: &HostTensor, p: i64) -> Result<HostTensor, ExecError> {
+    let Some(dims) = sh.args.get(name) else { return Ok(t.clone()) };
+    if dims.len() != t.dims.len() {
+        return Err(ExecError::BadInput(format!("`{name}` has {} dims, its sharding names {}", t.dims.len(), dims.len())));
+    }
+    let c = coords(sh, p);
+    let mut start = vec![0i64; t.dims.len()];
+    let mut size = t.dims.clone();
+    for (d, axes) in dims.iter().enumerate() {
+        let (mut parts, mut index) = (1i64, 0i64);
+        for a in axes {
+            let n = sh.axes.iter().find(|(x, _)| x == a).map_or(1, |(_, s)| *s);
+            index = index * n + c.get(a.as_str()).copied().unwrap_or(0);
+            parts *= n;
+        }
+        if t.dims[d] % parts != 0 {
+            return Err(ExecError::BadInput(format!(
+                "dim {d} of `{name}` has size {}, which does not split into {parts} equal shards",
+                t.dims[d]
+            )));
+        }
+        size[d] = t.dims[d] / parts;
+        start[d] = index * size[d];
+    }
+    Ok(block(t, &start, &size))
+}
+
+/// The dense block of `t` at `start` with extent `size`.
+fn block(t: &HostTensor, start: &[i64], size: &[i64]) -> HostTensor {
+    let e = t.dtype.size_bytes();
+    let mut bytes = vec![0u8; size.iter().product::<i64>() as usize * e];
+    crate::dynamic::copy_box(&t.bytes, &t.dims, start, &mut bytes, size, size, e);
+    HostTensor { dtype: t.dtype, dims: size.to_vec(), bytes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpuc_ir::DType;
+
+    fn iota(dims: &[i64]) -> HostTensor {
+        let n: i64 = dims.iter().product();
+        HostTensor { dtype: DType::I32, dims: dims.to_vec(), bytes: (0..n as i32).flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
+    fn values(t: &HostTensor) -> Vec<i32> {
+        t.bytes.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn parses_meshes_and_shards() {
+        assert_eq!(parse_mesh("x=2,y=4").unwrap(), vec![("x".into(), 2), ("y".into(), 4)]);
+        assert!(parse_mesh("x=2,x=2").unwrap_err().contains("twice"));
+        assert!(parse_mesh("x=0").unwrap_err().contains("positive"));
+        assert!(parse_mesh("x").unwrap_err().contains("NAME=SIZE"));
+        let (n, d) = parse_shard("fc1.weight=y,_").unwrap();
+        assert_eq!((n.as_str(), d), ("fc1.weight", vec![vec!["y".to_string()], vec![]]));
+        assert_eq!(parse_shard("x=x+y,_").unwrap().1, vec![vec!["x".to_string(), "y".to_string()], vec![]]);
+    }
+
+    #[test]
+    fn devices_hold_their_row_major_blocks() {
+        let sh = MeshSharding {
+            axes: vec![("x".into(), 2), ("y".into(), 2)],
+            args: [("a".to_string(), vec![vec!["x".to_string()], vec!["y".to_string()]]), ("b".to_string(), vec![vec![], vec!["x".to_string(), "y".to_string()]])]
+                .into_iter()
+                .collect(),
+        };
+        let t = iota(&[4, 4]);
+        // Device 1 = (x 0, y 1): rows 0..2, cols 2..4.
+        assert_eq!(values(&shard_for_device(&sh, "a", &t, 1).unwrap()), vec![2, 3, 6, 7]);
+        // Device 2 = (x 1, y 0): rows 2..4, cols 0..2.
+        assert_eq!(values(&shard_for_device(&sh, "a", &t, 2).unwrap()), vec![8, 9, 12, 13]);
+        // b: cols split 4 ways, x major: device 3 takes col 3.
+        assert_eq!(values(&shard_for_device(&sh, "b", &t, 3).unwrap()), vec![3, 7, 11, 15]);
+        // Unsharded arguments are whole on every device.
+        assert_eq!(shard_for_device(&sh, "c", &t, 2).unwrap(), t);
+        // A dim that does not divide is an error naming it.
+        let e = shard_for_device(&sh, "a", &iota(&[3, 4]), 0).unwrap_err().to_string();
+        assert!(e.contains("dim 0 of `a`"), "{e}");
+    }
+
+    #[test]
+    fn blocks_of_rank_3_and_0() {
+        let t = iota(&[2, 3, 4]);
+        assert_eq!(values(&block(&t, &[1, 1, 2], &[1, 2, 2])), vec![18, 19, 22, 23]);
+        let s = iota(&[]);
+        assert_eq!(block(&s, &[], &[]), s);
+    }
+}
+
+/// Runs an SPMD executable on the devices of its mesh: the weights' shards uploaded once per
+/// device, each call's inputs split per device, the (replicated) results read from the first
+/// device.
+pub struct ShardedRunner<'c> {
+    loaded: &'c tpuc_runtime::LoadedExecutable,
+    sharding: MeshSharding,
+    specs: Vec<crate::exec::ArgSpec>,
+    /// Per argument: the weight's buffer on each device, or `None` for a user input.
+    resident: Vec<Option<Vec<tpuc_runtime::Buffer>>>,
+    results: Vec<tpuc_ir::TensorType>,
+}
+
+impl<'c> ShardedRunner<'c> {
+    pub fn new(
+        compiled: &'c crate::exec::Compiled,
+        module: &Module,
+        weights: &BTreeMap<String, tpuc_ir::TensorData>,
+        sharding: &MeshSharding,
+    ) -> Result<Self, ExecError> {
+        let loaded = crate::exec::loaded_of(compiled)?;
+        let n = device_count(sharding);
+        if loaded.devices().len() as i64 != n {
+            return Err(ExecError::Unsupported(format!("the executable runs on {} devices, the mesh has {n}", loaded.devices().len())));
+        }
+        let specs = crate::exec::arg_specs(module);
+        let mut resident = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            if !spec.kind.is_weight() {
+                resident.push(None);
+                continue;
+            }
+            let w = crate::exec::weight_of(weights, spec)?;
+            let whole = HostTensor { dtype: w.ty.dtype, dims: w.ty.static_dims().unwrap_or_default(), bytes: w.to_dense_bytes().to_vec() };
+            let mut per_device = Vec::with_capacity(n as usize);
+            for (p, device) in loaded.devices().iter().enumerate() {
+                let s = shard_for_device(sharding, &spec.name, &whole, p as i64)?;
+                per_device.push(loaded.client().buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
+            }
+            resident.push(Some(per_device));
+        }
+        Ok(ShardedRunner { loaded, sharding: sharding.clone(), specs, resident, results: crate::exec::result_types(module) })
+    }
+
+    /// Runs with `inputs` (source label, whole tensor) for the user inputs in signature order.
+    pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
+        crate::exec::check_inputs(&self.specs, inputs)?;
+        let client = self.loaded.client();
+        let devices = self.loaded.devices();
+        let mut uploaded: Vec<Vec<tpuc_runtime::Buffer>> = Vec::with_capacity(devices.len());
+        for (p, device) in devices.iter().enumerate() {
+            let mut mine = Vec::with_capacity(inputs.len());
+            let user = self.specs.iter().filter(|s| !s.kind.is_weight());
+            for (spec, (_, t)) in user.zip(inputs) {
+                let s = shard_for_device(&self.sharding, &spec.name, t, p as i64)?;
+                mine.push(client.buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
+            }
+            uploaded.push(mine);
+        }
+        let args: Vec<Vec<&tpuc_runtime::Buffer>> = (0..devices.len())
+            .map(|p| {
+                let mut next = uploaded[p].iter();
+                self.resident
+                    .iter()
+                    .map(|slot| match slot {
+                        Some(per_device) => &per_device[p],
+                        None => next.next().expect("one upload per user input"),
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut outputs = self.loaded.execute_partitioned(&args)?;
+        // Results are emitted replicated: every device holds them whole.
+        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
+        Ok(tpuc_runtime::Buffer::into_host_all(first)?
+            .into_iter()
+            .zip(&self.results)
+            .map(|(bytes, ty)| HostTensor { dtype: ty.dtype, dims: ty.static_dims().unwrap_or_default(), bytes: bytes.into_vec() })
+            .collect())
+    }
+}
