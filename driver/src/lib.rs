@@ -75,6 +75,8 @@ pub struct LowerOptions {
     pub pass_timing: bool,
     /// An SPMD program: the device mesh and argument shardings, emitted as Shardy.
     pub sharding: Option<spmd::MeshSharding>,
+    /// Shardings for the arguments `sharding` does not name, chosen by a policy.
+    pub shard_policy: Option<spmd::ShardPolicy>,
 }
 
 impl LowerOptions {
@@ -257,13 +259,17 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
     let notes = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
-    if let Some(sh) = &options.sharding {
+    let mut sharding = options.sharding.clone();
+    if let Some(sh) = &mut sharding {
         spmd::check(sh, &module).map_err(DriverError::Options)?;
+        if let Some(policy) = options.shard_policy {
+            spmd::apply_policy(policy, &module, sh);
+        }
     }
     let opts = EmitOptions {
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
         debug_locations: options.debug_locations,
-        sharding: options.sharding.clone(),
+        sharding,
         ..Default::default()
     };
     let stablehlo = match emit {

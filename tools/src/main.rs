@@ -150,6 +150,12 @@ struct PipelineArgs {
     /// an input's name). Other arguments and all results are replicated.
     #[arg(long, value_name = "NAME=AXES", requires = "mesh", value_parser = shard_arg)]
     shard: Vec<ShardArg>,
+    /// Shard the arguments --shard does not name by a policy (needs --mesh): `dp` splits the
+    /// batch (dim 0) of user inputs over all axes, `fsdp` also each parameter's largest dim,
+    /// `tp` the matmul weights in Megatron column/row pairs over the last axis and the batch
+    /// over the others.
+    #[arg(long, value_name = "POLICY", requires = "mesh", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
+    shard_policy: Option<tpuc_driver::spmd::ShardPolicy>,
 }
 
 /// `--mesh x=2,y=2`.
@@ -184,6 +190,7 @@ impl PipelineArgs {
     fn options(&self, inline_weights: bool, target: Target) -> Result<LowerOptions, Failure> {
         Ok(LowerOptions {
             sharding: self.sharding()?,
+            shard_policy: self.shard_policy,
             inline_weights,
             target,
             precision: self.precision,
@@ -355,7 +362,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1e-5)]
     atol: f64,
     /// Run this many times (after one warm-up run) and print the median time of each step:
-    /// input checks, uploads, execute, downloads.
+    /// input checks, uploads, execute, downloads (a --mesh program: of the whole call).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
     /// Print one JSON object as the last line: the bucket run (programs with symbolic dims),
@@ -828,11 +835,19 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &label)?;
         tracing::info!("{}", compiled.summary.line());
         if let Some(sh) = &lowered.sharding {
-            if a.repeat > 1 {
-                return Err(Failure::User("--repeat times single-device programs; a --mesh program runs once".into()));
-            }
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
+            if a.repeat > 1 {
+                // Whole calls (split, upload, execute on every device, download).
+                let mut us = Vec::with_capacity(a.repeat - 1);
+                for _ in 1..a.repeat {
+                    let t = std::time::Instant::now();
+                    runner.run(&inputs).map_err(DriverError::from)?;
+                    us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                us.sort_by(f64::total_cmp);
+                println!("{{\"runs\":{},\"devices\":{},\"median_us\":{{\"total\":{:.2}}}}}", us.len(), tpuc_driver::spmd::device_count(sh), us[us.len() / 2]);
+            }
             return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
         }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
@@ -892,7 +907,7 @@ fn finish_run(
     bucket: Option<tpuc_driver::dynamic::Sizes>,
     source: &str,
 ) -> Result<(), Failure> {
-    if a.repeat > 1 {
+    if a.repeat > 1 && !times.is_empty() {
         let median = |f: &dyn Fn(&tpuc_driver::exec::RunTimes) -> std::time::Duration| {
             let mut v: Vec<f64> = times.iter().map(|t| f(t).as_secs_f64() * 1e6).collect();
             v.sort_by(f64::total_cmp);
