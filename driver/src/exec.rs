@@ -21,13 +21,15 @@ pub struct CompileRequest {
     /// SPMD partitions (1 = no partitioning): the devices of the mesh of a program with
     /// Shardy annotations, else a replicated program.
     pub partitions: i64,
+    /// Replicas, one per rank of a per-rank program (collectives across replicas); 1 = none.
+    pub replicas: i64,
     /// Explicit plugin path (default: discovered).
     pub plugin: Option<PathBuf>,
 }
 
 impl Default for CompileRequest {
     fn default() -> Self {
-        CompileRequest { target: Target::Cpu, topology: None, partitions: 1, plugin: None }
+        CompileRequest { target: Target::Cpu, topology: None, partitions: 1, replicas: 1, plugin: None }
     }
 }
 
@@ -40,6 +42,8 @@ pub struct CompileSummary {
     pub pjrt_api_version: String,
     pub platform: String,
     pub partitions: i64,
+    /// Ranks of a per-rank program (XLA replicas).
+    pub replicas: i64,
     pub compile_seconds: f64,
     pub executable_bytes: usize,
     /// Cost analysis figures where the plugin offers them, under tpuc's names ([`clean_cost`]):
@@ -72,6 +76,9 @@ impl CompileSummary {
         }
         if self.partitions > 1 {
             s += &format!(", {} partitions", self.partitions);
+        }
+        if self.replicas > 1 {
+            s += &format!(", {} ranks", self.replicas);
         }
         s += &format!(
             " in {:.3} s: executable {} bytes, cache {}",
@@ -206,8 +213,9 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
                 return Err(ExecError::BadInput("--topology applies to --target tpu only".into()));
             }
             // The CPU plugin has 4 devices unless asked for another count.
-            let client = if req.partitions > 1 {
-                plugin.create_client_with_options(&[rt::NamedValue::int("cpu_device_count", req.partitions)])?
+            let devices = req.partitions.max(1) * req.replicas.max(1);
+            let client = if devices > 1 {
+                plugin.create_client_with_options(&[rt::NamedValue::int("cpu_device_count", devices)])?
             } else {
                 plugin.create_client()?
             };
@@ -231,6 +239,7 @@ fn compile_options(req: &CompileRequest) -> rt::CompileOptions {
     } else {
         rt::CompileOptions { num_partitions: 1, ..Default::default() }
     };
+    o.num_replicas = req.replicas.max(1);
     if req.target == Target::Cpu {
         // XLA CPU's default min/max ignore NaN ("fast" min/max); StableHLO's and PyTorch's
         // propagate it (`amax`, max pooling, clamp of a NaN give NaN).
@@ -329,6 +338,7 @@ fn summary(
         pjrt_api_version: plugin.api_version().to_string(),
         platform: target.platform().to_string(),
         partitions: req.partitions,
+        replicas: req.replicas,
         compile_seconds,
         executable_bytes,
         cost: clean_cost(&figures.cost),
@@ -440,7 +450,7 @@ fn key_components_for(plugin: &rt::Plugin, key_program: &str, req: &CompileReque
         program: tpuc_cache::Digest::of(key_program.as_bytes()),
         compile_options: tpuc_cache::CompileOptions {
             canonical: options.to_proto_bytes(),
-            summary: format!("partitions={}", req.partitions),
+            summary: format!("partitions={} replicas={}", req.partitions, req.replicas),
         },
         target: req.target.to_string(),
         topology: req.topology.clone().unwrap_or_default(),

@@ -77,6 +77,8 @@ pub struct LowerOptions {
     pub sharding: Option<spmd::MeshSharding>,
     /// Shardings for the arguments `sharding` does not name, chosen by a policy.
     pub shard_policy: Option<spmd::ShardPolicy>,
+    /// A per-rank program (with collectives): the ranks and process groups.
+    pub ranks: Option<spmd::Ranks>,
 }
 
 impl LowerOptions {
@@ -153,6 +155,8 @@ pub struct Lowered {
     stablehlo_is_key: bool,
     /// The mesh and argument shardings the program was emitted with (part of its key).
     pub sharding: Option<spmd::MeshSharding>,
+    /// The ranks of a per-rank program (part of its key).
+    pub ranks: Option<spmd::Ranks>,
 }
 
 impl Lowered {
@@ -164,14 +168,21 @@ impl Lowered {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
             // The pass manager verified the module at the end of the pipeline.
-            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.sharding))?)),
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.sharding, &self.ranks))?)),
         }
     }
 }
 
-/// The emitter options of cache keys: no locations, `module @main`, the program's sharding.
-fn key_emit_options(sharding: &Option<spmd::MeshSharding>) -> EmitOptions {
-    EmitOptions { module_name: "main".to_string(), debug_locations: false, sharding: sharding.clone(), ..Default::default() }
+/// The emitter options of cache keys: no locations, `module @main`, the program's sharding
+/// and ranks.
+fn key_emit_options(sharding: &Option<spmd::MeshSharding>, ranks: &Option<spmd::Ranks>) -> EmitOptions {
+    EmitOptions {
+        module_name: "main".to_string(),
+        debug_locations: false,
+        sharding: sharding.clone(),
+        ranks: ranks.clone(),
+        ..Default::default()
+    }
 }
 
 /// Wall time of each stage.
@@ -270,6 +281,7 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
         debug_locations: options.debug_locations,
         sharding,
+        ranks: options.ranks.clone(),
         ..Default::default()
     };
     let stablehlo = match emit {
@@ -282,8 +294,8 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             Some(text)
         }
     };
-    let stablehlo_is_key = opts == key_emit_options(&opts.sharding);
-    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding })
+    let stablehlo_is_key = opts == key_emit_options(&opts.sharding, &opts.ranks);
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding, ranks: opts.ranks })
 }
 
 /// Import then lower, timing the import too.

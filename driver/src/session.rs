@@ -171,6 +171,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         target: options.target,
         topology: options.topology.clone(),
         partitions: 1,
+        replicas: 1,
         plugin: options.plugin.clone(),
     };
     // The key hashes the text just emitted (emitted without locations, as keys need).

@@ -8,7 +8,7 @@ use crate::exec::ExecError;
 use crate::tensor::HostTensor;
 use std::collections::BTreeMap;
 use tpuc_ir::Module;
-pub use tpuc_lowering_stablehlo::MeshSharding;
+pub use tpuc_lowering_stablehlo::{MeshSharding, Ranks};
 
 /// Parses `x=2,y=2` (axis names and sizes, major to minor).
 pub fn parse_mesh(text: &str) -> Result<Vec<(String, i64)>, String> {
@@ -42,6 +42,30 @@ pub fn parse_shard(text: &str) -> Result<(String, Vec<Vec<String>>), String> {
         })
         .collect();
     Ok((name.trim().to_string(), dims))
+}
+
+/// Parses `--group NAME=RANKS`: the rank groups of process group NAME, `|`-separated lists of
+/// ranks (`0,1|2,3`: two groups of two), each rank of `0..count` in exactly one group.
+pub fn parse_group(text: &str, count: i64) -> Result<(String, Vec<Vec<i64>>), String> {
+    let (name, ranks) = text.split_once('=').ok_or_else(|| format!("--group `{text}`: expected NAME=RANKS (e.g. 1=0,1|2,3)"))?;
+    let mut groups = Vec::new();
+    for g in ranks.split('|') {
+        let members: Vec<i64> = g
+            .split(',')
+            .map(|r| r.trim().parse::<i64>().map_err(|_| format!("--group {name}: `{r}` is not a rank")))
+            .collect::<Result<_, _>>()?;
+        groups.push(members);
+    }
+    let mut seen = vec![false; count.max(0) as usize];
+    for &r in groups.iter().flatten() {
+        if !(0..count).contains(&r) || std::mem::replace(&mut seen[r as usize], true) {
+            return Err(format!("--group {name}: rank {r} is out of 0..{count} or listed twice"));
+        }
+    }
+    if seen.iter().any(|s| !s) || groups.iter().any(|g| g.len() != groups[0].len()) {
+        return Err(format!("--group {name}: the groups must cover every rank of 0..{count} in groups of one size"));
+    }
+    Ok((name.trim().to_string(), groups))
 }
 
 /// Devices in the mesh.
@@ -340,29 +364,32 @@ mod tests {
     }
 }
 
-/// Runs an SPMD executable on the devices of its mesh: the weights' shards uploaded once per
-/// device, each call's inputs split per device, the (replicated) results read from the first
-/// device.
-pub struct ShardedRunner<'c> {
+/// An executable on several devices: the program's argument specs, each weight's buffer on
+/// every device (uploaded once), the result types.
+struct MultiDevice<'c> {
     loaded: &'c tpuc_runtime::LoadedExecutable,
-    sharding: MeshSharding,
     specs: Vec<crate::exec::ArgSpec>,
     /// Per argument: the weight's buffer on each device, or `None` for a user input.
     resident: Vec<Option<Vec<tpuc_runtime::Buffer>>>,
     results: Vec<tpuc_ir::TensorType>,
 }
 
-impl<'c> ShardedRunner<'c> {
-    pub fn new(
+/// The piece of a tensor (an argument's whole value) a device takes: (argument name, value,
+/// device index) -> piece.
+type Piece<'p> = &'p dyn Fn(&str, &HostTensor, usize) -> Result<HostTensor, ExecError>;
+
+impl<'c> MultiDevice<'c> {
+    fn new(
         compiled: &'c crate::exec::Compiled,
         module: &Module,
         weights: &BTreeMap<String, tpuc_ir::TensorData>,
-        sharding: &MeshSharding,
+        devices: i64,
+        what: &str,
+        piece: Piece<'_>,
     ) -> Result<Self, ExecError> {
         let loaded = crate::exec::loaded_of(compiled)?;
-        let n = device_count(sharding);
-        if loaded.devices().len() as i64 != n {
-            return Err(ExecError::Unsupported(format!("the executable runs on {} devices, the mesh has {n}", loaded.devices().len())));
+        if loaded.devices().len() as i64 != devices {
+            return Err(ExecError::Unsupported(format!("the executable runs on {} devices, {what}", loaded.devices().len())));
         }
         let specs = crate::exec::arg_specs(module);
         let mut resident = Vec::with_capacity(specs.len());
@@ -373,50 +400,149 @@ impl<'c> ShardedRunner<'c> {
             }
             let w = crate::exec::weight_of(weights, spec)?;
             let whole = HostTensor { dtype: w.ty.dtype, dims: w.ty.static_dims().unwrap_or_default(), bytes: w.to_dense_bytes().to_vec() };
-            let mut per_device = Vec::with_capacity(n as usize);
-            for (p, device) in loaded.devices().iter().enumerate() {
-                let s = shard_for_device(sharding, &spec.name, &whole, p as i64)?;
+            let mut per_device = Vec::with_capacity(devices as usize);
+            for (d, device) in loaded.devices().iter().enumerate() {
+                let s = piece(&spec.name, &whole, d)?;
                 per_device.push(loaded.client().buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
             }
             resident.push(Some(per_device));
         }
-        Ok(ShardedRunner { loaded, sharding: sharding.clone(), specs, resident, results: crate::exec::result_types(module) })
+        Ok(MultiDevice { loaded, specs, resident, results: crate::exec::result_types(module) })
     }
 
-    /// Runs with `inputs` (source label, whole tensor) for the user inputs in signature order.
-    pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
-        crate::exec::check_inputs(&self.specs, inputs)?;
+    /// Uploads each device's piece of every user input and runs on all devices; returns each
+    /// device's outputs.
+    fn execute(&self, inputs: &[(String, HostTensor)], piece: Piece<'_>) -> Result<Vec<Vec<tpuc_runtime::Buffer>>, ExecError> {
         let client = self.loaded.client();
         let devices = self.loaded.devices();
         let mut uploaded: Vec<Vec<tpuc_runtime::Buffer>> = Vec::with_capacity(devices.len());
-        for (p, device) in devices.iter().enumerate() {
+        for (d, device) in devices.iter().enumerate() {
             let mut mine = Vec::with_capacity(inputs.len());
             let user = self.specs.iter().filter(|s| !s.kind.is_weight());
             for (spec, (_, t)) in user.zip(inputs) {
-                let s = shard_for_device(&self.sharding, &spec.name, t, p as i64)?;
+                let s = piece(&spec.name, t, d)?;
                 mine.push(client.buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
             }
             uploaded.push(mine);
         }
         let args: Vec<Vec<&tpuc_runtime::Buffer>> = (0..devices.len())
-            .map(|p| {
-                let mut next = uploaded[p].iter();
+            .map(|d| {
+                let mut next = uploaded[d].iter();
                 self.resident
                     .iter()
                     .map(|slot| match slot {
-                        Some(per_device) => &per_device[p],
+                        Some(per_device) => &per_device[d],
                         None => next.next().expect("one upload per user input"),
                     })
                     .collect()
             })
             .collect();
-        let mut outputs = self.loaded.execute_partitioned(&args)?;
-        // Results are emitted replicated: every device holds them whole.
-        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
-        Ok(tpuc_runtime::Buffer::into_host_all(first)?
+        Ok(self.loaded.execute_partitioned(&args)?)
+    }
+
+    fn to_host(&self, outputs: Vec<tpuc_runtime::Buffer>) -> Result<Vec<HostTensor>, ExecError> {
+        Ok(tpuc_runtime::Buffer::into_host_all(outputs)?
             .into_iter()
             .zip(&self.results)
             .map(|(bytes, ty)| HostTensor { dtype: ty.dtype, dims: ty.static_dims().unwrap_or_default(), bytes: bytes.into_vec() })
             .collect())
+    }
+}
+
+/// Runs an SPMD executable on the devices of its mesh: the weights' shards uploaded once per
+/// device, each call's inputs split per device, the (replicated) results read from the first
+/// device.
+pub struct ShardedRunner<'c> {
+    inner: MultiDevice<'c>,
+    sharding: MeshSharding,
+}
+
+impl<'c> ShardedRunner<'c> {
+    pub fn new(
+        compiled: &'c crate::exec::Compiled,
+        module: &Module,
+        weights: &BTreeMap<String, tpuc_ir::TensorData>,
+        sharding: &MeshSharding,
+    ) -> Result<Self, ExecError> {
+        let n = device_count(sharding);
+        let piece = |name: &str, t: &HostTensor, d: usize| shard_for_device(sharding, name, t, d as i64);
+        let inner = MultiDevice::new(compiled, module, weights, n, &format!("the mesh has {n}"), &piece)?;
+        Ok(ShardedRunner { inner, sharding: sharding.clone() })
+    }
+
+    /// Runs with `inputs` (source label, whole tensor) for the user inputs in signature order.
+    pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
+        crate::exec::check_inputs(&self.inner.specs, inputs)?;
+        let piece = |name: &str, t: &HostTensor, d: usize| shard_for_device(&self.sharding, name, t, d as i64);
+        let mut outputs = self.inner.execute(inputs, &piece)?;
+        // Results are emitted replicated: every device holds them whole.
+        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
+        self.inner.to_host(first)
+    }
+}
+
+/// Runs a per-rank program (one replica per rank, collectives between them) on as many
+/// devices: every user input holds all ranks' values stacked along a new leading dim, so does
+/// every result; weights are the same on every rank.
+pub struct RankRunner<'c> {
+    inner: MultiDevice<'c>,
+}
+
+impl<'c> RankRunner<'c> {
+    pub fn new(
+        compiled: &'c crate::exec::Compiled,
+        module: &Module,
+        weights: &BTreeMap<String, tpuc_ir::TensorData>,
+        ranks: i64,
+    ) -> Result<Self, ExecError> {
+        let whole = |_: &str, t: &HostTensor, _: usize| Ok(t.clone());
+        let inner = MultiDevice::new(compiled, module, weights, ranks, &format!("the program has {ranks} ranks"), &whole)?;
+        Ok(RankRunner { inner })
+    }
+
+    /// Runs with `inputs` (source label, tensor of all ranks stacked along dim 0) for the user
+    /// inputs in signature order; returns the results stacked the same way.
+    pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
+        let ranks = self.inner.loaded.devices().len() as i64;
+        let user: Vec<&crate::exec::ArgSpec> = self.inner.specs.iter().filter(|s| !s.kind.is_weight()).collect();
+        if user.len() != inputs.len() {
+            return Err(ExecError::BadInput(format!("the program takes {} input(s) per rank, got {}", user.len(), inputs.len())));
+        }
+        for (k, (spec, (source, t))) in user.iter().zip(inputs).enumerate() {
+            let want = spec.ty.static_dims().unwrap_or_default();
+            if t.dtype != spec.ty.dtype || t.dims.first() != Some(&ranks) || t.dims[1..] != want[..] {
+                return Err(ExecError::BadInput(format!(
+                    "input {k} (`{}`) expects {ranks} ranks' {} stacked ([{ranks}, ...]), got {} from {source}",
+                    spec.name,
+                    spec.ty,
+                    t.ty()
+                )));
+            }
+        }
+        // Rank r's input: row r of the stack.
+        let row = |_: &str, t: &HostTensor, r: usize| {
+            let mut start = vec![0i64; t.dims.len()];
+            start[0] = r as i64;
+            let mut size = t.dims.clone();
+            size[0] = 1;
+            let mut b = block(t, &start, &size);
+            b.dims.remove(0);
+            Ok(b)
+        };
+        let outputs = self.inner.execute(inputs, &row)?;
+        let mut stacked: Vec<HostTensor> = Vec::new();
+        for per_rank in outputs {
+            for (i, out) in self.inner.to_host(per_rank)?.into_iter().enumerate() {
+                match stacked.get_mut(i) {
+                    Some(s) => s.bytes.extend_from_slice(&out.bytes),
+                    None => {
+                        let mut dims = vec![ranks];
+                        dims.extend(&out.dims);
+                        stacked.push(HostTensor { dtype: out.dtype, dims, bytes: out.bytes });
+                    }
+                }
+            }
+        }
+        Ok(stacked)
     }
 }

@@ -97,7 +97,7 @@ fn every_fixture_compiles_for_tpu_topologies() {
 fn spmd_compile_over_four_tpu_devices() {
     let f = &fixtures()[0];
     let lowered = lower(f);
-    let req = CompileRequest { target: Target::Tpu, topology: Some("v5e:2x2".into()), partitions: 4, plugin: None };
+    let req = CompileRequest { target: Target::Tpu, topology: Some("v5e:2x2".into()), partitions: 4, replicas: 1, plugin: None };
     let c = exec::compile_stablehlo(lowered.stablehlo.as_deref().unwrap(), &req).unwrap();
     assert_eq!(c.summary.partitions, 4);
     assert!(c.summary.executable_bytes > 10_000);

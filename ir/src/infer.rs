@@ -563,6 +563,30 @@ fn infer(
             };
             one(ops[0].with_dtype(c))
         }
+        AllReduce | CollectiveBroadcast => one(ops[0].clone()),
+        AllGather | ReduceScatter | AllToAll => {
+            let d = int(attrs, "dimension")?;
+            check_dim_list("collective dimension", ops[0].rank(), [d].iter(), false)?;
+            let n = int(attrs, "group_size")?;
+            if n < 1 {
+                return fail(format!("group_size must be positive, got {n}"));
+            }
+            let mut dims = ops[0].dims.clone();
+            let di = d as usize;
+            match opcode {
+                AllGather => dims[di] = dims[di].mul(&Dim::Static(n)),
+                ReduceScatter => match dims[di].as_static() {
+                    Some(k) if k % n == 0 => dims[di] = Dim::Static(k / n),
+                    _ => return fail(format!("reduce_scatter: dim {d} of {} does not split into {n} equal blocks", ops[0])),
+                },
+                _ => {
+                    if dims[di].as_static().is_none_or(|k| k % n != 0) {
+                        return fail(format!("all_to_all: dim {d} of {} does not split into {n} equal blocks", ops[0]));
+                    }
+                }
+            }
+            one(ops[0].with_dims(dims))
+        }
         Fft => {
             let Some(ty) = attrs.get_enum::<FftType>("fft_type") else {
                 return fail("fft needs an fft_type (fft, ifft, rfft, irfft)");

@@ -343,6 +343,23 @@ ops! {
     /// n/2+1), `irfft` complex to real (last dim `fft_length[-1]`, divided by the size)
     Fft = "fft", Exactly(1), Exactly(1), [req("fft_type", FFT_TYPE), req("fft_length", K::Ints)], PURE, 0;
 
+    // ---- collectives: a per-rank program, every rank (replica) running it on its own values;
+    // `group` names the ranks taking part (resolved to replica groups when emitted)
+    /// the elementwise `kind` reduction of the operand over the ranks of `group`
+    /// (`average`: then divided by the group's size)
+    AllReduce = "all_reduce", Exactly(1), Exactly(1), [req("kind", REDUCE_KIND), req("group", K::Str), opt("average", K::Bool)], 0, 0;
+    /// the operands of the `group_size` ranks of `group` concatenated along `dimension`, in
+    /// rank order
+    AllGather = "all_gather", Exactly(1), Exactly(1), [req("dimension", K::Int), req("group_size", K::Int), req("group", K::Str)], 0, 0;
+    /// the `kind` reduction over `group`, of which rank i keeps the i-th of `group_size` equal
+    /// blocks along `dimension` (`average`: divided by `group_size`)
+    ReduceScatter = "reduce_scatter", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", REDUCE_KIND), req("group_size", K::Int), req("group", K::Str), opt("average", K::Bool)], 0, 0;
+    /// the operand of the group's rank `source` (its index within the group), on every rank
+    CollectiveBroadcast = "collective_broadcast", Exactly(1), Exactly(1), [req("source", K::Int), req("group", K::Str)], 0, 0;
+    /// `dimension` cut into `group_size` equal blocks, block j sent to rank j; the blocks
+    /// received concatenated along `dimension` in rank order
+    AllToAll = "all_to_all", Exactly(1), Exactly(1), [req("dimension", K::Int), req("group_size", K::Int), req("group", K::Str)], 0, 0;
+
     // ---- high-level ops (expanded by the emitter; composites later)
     /// softmax along `dimension`
     Softmax = "softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;

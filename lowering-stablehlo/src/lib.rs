@@ -30,6 +30,7 @@
 //! `tests/verify_stablehlo.py`), compile every case with XLA's CPU backend, and compare the
 //! numerics of the tricky expansions with PyTorch (`tests/run_stablehlo.py`).
 
+mod collective;
 mod composite;
 mod emitter;
 mod expand;
@@ -64,6 +65,18 @@ pub struct EmitOptions {
     pub erf: ErfLowering,
     /// A device mesh and argument shardings, emitted as Shardy attributes (SPMD programs).
     pub sharding: Option<MeshSharding>,
+    /// The ranks of a per-rank program (one replica each), for its collectives.
+    pub ranks: Option<Ranks>,
+}
+
+/// The ranks a per-rank program runs on and its process groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ranks {
+    /// Ranks (replicas), numbered from 0.
+    pub count: i64,
+    /// By process-group name: the rank groups (every rank in one group; each group's
+    /// collective runs among its members). Unnamed `"0"` is all ranks.
+    pub groups: std::collections::BTreeMap<String, Vec<Vec<i64>>>,
 }
 
 /// A device mesh and the shardings of `main`'s arguments, emitted as Shardy: `sdy.mesh @mesh`
@@ -86,6 +99,7 @@ impl Default for EmitOptions {
             debug_locations: false,
             erf: ErfLowering::Polynomial,
             sharding: None,
+            ranks: None,
         }
     }
 }

@@ -225,6 +225,8 @@ impl Emitter<'_> {
             Reduce => {
                 smallvec![self.reduce(xs[0], &ts[0], enum_attr(a, "kind"), ints(a, "dimensions"), &rt)?]
             }
+            AllReduce | AllGather | ReduceScatter | AllToAll => smallvec![self.collective(d.opcode, xs[0], &ts[0], a, &rt)?],
+            CollectiveBroadcast => smallvec![self.collective_broadcast(xs[0], &ts[0], a)?],
             ArgReduce => smallvec![self.arg_reduce(
                 xs[0],
                 &ts[0],

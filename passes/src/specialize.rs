@@ -123,6 +123,8 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
             (Propagates, "elementwise; operands' padded dims must agree")
         }
         Fft => (Conditional, "transformed (trailing) dims not padded"),
+        AllReduce | CollectiveBroadcast => (Propagates, "elementwise across ranks; every rank pads alike"),
+        AllGather | ReduceScatter | AllToAll => (Conditional, "the gathered / scattered dim not padded"),
         Cholesky | TriangularSolve | Qr | HouseholderProduct | Eigh => {
             (Conditional, "matrix (trailing two) dims not padded")
         }
@@ -820,6 +822,14 @@ impl<'a> Sp<'a> {
                     })
                     .collect();
                 (ins, outs)
+            }
+            AllReduce | CollectiveBroadcast => (ins, vec![lays[0].clone()]),
+            AllGather | ReduceScatter | AllToAll => {
+                let dim = a.int("dimension").unwrap_or(0) as usize;
+                if !lays[0][dim].is_exact() {
+                    return Err(self.fail(format!("moves blocks along {}", self.padded_dim_note(d.operands[0], dim))));
+                }
+                (ins, vec![lays[0].clone()])
             }
             Fft => {
                 let k = a.ints("fft_length").map_or(1, |l| l.len());

@@ -156,6 +156,15 @@ struct PipelineArgs {
     /// over the others.
     #[arg(long, value_name = "POLICY", requires = "mesh", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
     shard_policy: Option<tpuc_driver::spmd::ShardPolicy>,
+    /// A per-rank program (PyTorch's functional collectives): run it as N ranks, one device
+    /// each, its collectives between them; `run` takes each input and gives each output with
+    /// all ranks stacked along a new leading dim.
+    #[arg(long, value_name = "N", conflicts_with = "mesh", value_parser = clap::value_parser!(i64).range(1..=4096))]
+    ranks: Option<i64>,
+    /// The ranks of a process group the program names (repeatable; needs --ranks): NAME=RANKS,
+    /// groups of ranks separated by `|` (e.g. 1=0,1|2,3). Group "0" is all ranks unless given.
+    #[arg(long, value_name = "NAME=RANKS", requires = "ranks")]
+    group: Vec<String>,
 }
 
 /// `--mesh x=2,y=2`.
@@ -186,9 +195,23 @@ impl PipelineArgs {
         Ok(Some(tpuc_driver::spmd::MeshSharding { axes: mesh.0.clone(), args }))
     }
 
+    /// The ranks and process groups of --ranks / --group.
+    fn ranks(&self) -> Result<Option<tpuc_driver::spmd::Ranks>, Failure> {
+        let Some(count) = self.ranks else { return Ok(None) };
+        let mut groups = std::collections::BTreeMap::new();
+        for g in &self.group {
+            let (name, ranks) = tpuc_driver::spmd::parse_group(g, count).map_err(Failure::User)?;
+            if groups.insert(name.clone(), ranks).is_some() {
+                return Err(Failure::User(format!("--group gives `{name}` twice")));
+            }
+        }
+        Ok(Some(tpuc_driver::spmd::Ranks { count, groups }))
+    }
+
     /// Lowering options for `target` with these flags.
     fn options(&self, inline_weights: bool, target: Target) -> Result<LowerOptions, Failure> {
         Ok(LowerOptions {
+            ranks: self.ranks()?,
             sharding: self.sharding()?,
             shard_policy: self.shard_policy,
             inline_weights,
@@ -275,7 +298,7 @@ fn compile_lowered(
     cache: Option<&tpuc_driver::exec::Cache>,
     label: &str,
 ) -> Result<tpuc_driver::exec::Compiled, Failure> {
-    let req = target.request_for(&lowered.sharding)?;
+    let req = target.request_for(lowered)?;
     tpuc_driver::exec::check_target_support(&lowered.module, req.target).map_err(DriverError::from)?;
     let text = lowered.stablehlo.as_deref().unwrap_or_default();
     let compiled = match cache {
@@ -288,10 +311,17 @@ fn compile_lowered(
 }
 
 impl TargetArgs {
-    /// The request for a program emitted with `sharding`: one partition per mesh device.
-    fn request_for(&self, sharding: &Option<tpuc_driver::spmd::MeshSharding>) -> Result<tpuc_driver::exec::CompileRequest, Failure> {
+    /// The request for a lowered program: one partition per mesh device, or one replica per
+    /// rank.
+    fn request_for(&self, lowered: &tpuc_driver::Lowered) -> Result<tpuc_driver::exec::CompileRequest, Failure> {
         let mut req = self.request();
-        if let Some(sh) = sharding {
+        if let Some(r) = &lowered.ranks {
+            if self.partitions != 1 {
+                return Err(Failure::User("--partitions applies to replicated or --mesh programs, not --ranks".into()));
+            }
+            req.replicas = r.count;
+        }
+        if let Some(sh) = &lowered.sharding {
             let n = tpuc_driver::spmd::device_count(sh);
             if self.partitions != 1 && self.partitions != n {
                 return Err(Failure::User(format!("--partitions {} does not match the mesh's {n} devices", self.partitions)));
@@ -306,6 +336,7 @@ impl TargetArgs {
             target: self.target,
             topology: self.topology.clone(),
             partitions: self.partitions,
+            replicas: 1,
             plugin: self.plugin.clone(),
         }
     }
@@ -628,8 +659,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 let imported = tpuc_driver::import(&a.model)?;
                 if !imported.module.symbols.is_empty() {
-                    if a.pipeline.mesh.is_some() {
-                        return Err(Failure::User("--mesh with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
+                    if a.pipeline.mesh.is_some() || a.pipeline.ranks.is_some() {
+                        return Err(Failure::User("--mesh or --ranks with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
                     }
                     return compile_buckets(&a, imported);
                 }
@@ -834,6 +865,14 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         report_passes(&lowered, options.pass_timing);
         let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &label)?;
         tracing::info!("{}", compiled.summary.line());
+        if let Some(r) = &lowered.ranks {
+            if a.repeat > 1 {
+                return Err(Failure::User("--repeat times single-program runs; not --ranks".into()));
+            }
+            let runner = tpuc_driver::spmd::RankRunner::new(&compiled, &lowered.module, &lowered.weights, r.count).map_err(DriverError::from)?;
+            let outputs = runner.run(&inputs).map_err(DriverError::from)?;
+            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
+        }
         if let Some(sh) = &lowered.sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
@@ -857,8 +896,8 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         }
         (outputs, None, compiled.summary.cache)
     } else {
-        if options.sharding.is_some() {
-            return Err(Failure::User("--mesh with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
+        if options.sharding.is_some() || options.ranks.is_some() {
+            return Err(Failure::User("--mesh or --ranks with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
         }
         let plan = a.buckets.plan_for(&imported.module)?;
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
@@ -1058,7 +1097,7 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             if imported.module.symbols.is_empty() {
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
-                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request_for(&lowered.sharding)?, &a.model.display().to_string())
+                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request_for(&lowered)?, &a.model.display().to_string())
                     .map_err(DriverError::from)?;
                 print!("{}", cache.explain(&kc));
                 return Ok(());

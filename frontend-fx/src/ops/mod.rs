@@ -10,6 +10,7 @@
 //! implement ATen's `result_type` and broadcasting explicitly.
 
 pub mod backward;
+pub mod collective;
 pub mod complex;
 pub mod creation;
 pub mod distance;
@@ -182,7 +183,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 14] = [
+        let tables: [&[(&str, OpFn)]; 15] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -196,6 +197,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             creation::OPS,
             linalg::OPS,
             backward::OPS,
+            collective::OPS,
             sym::OPS,
         ];
         let mut m = HashMap::new();

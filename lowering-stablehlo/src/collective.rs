@@ -1,0 +1,152 @@
+//! Collectives of per-rank programs: `all_reduce`, `all_gather`, `reduce_scatter` and
+//! `all_to_all` as the StableHLO ops of the same names, `collective_broadcast` as a gather and
+//! a slice, over replica groups (the program is
+//! compiled with one replica per rank; no channel handles, so the groups are cross-replica).
+//!
+//! A group name resolves through [`crate::Ranks`]: the names given there, else `"0"`
+//! (PyTorch's default group) as all ranks. The group's size must match the op's `group_size`.
+
+use crate::emitter::{Emitter, Ty, V};
+use crate::literal::Lit;
+use crate::reduce::{combiner, enum_attr};
+use crate::EmitError;
+use std::fmt::Write;
+use tpuc_ir::{Attrs, Opcode, ReduceKind};
+
+impl Emitter<'_> {
+    /// The replica groups of process group `name`, checked against `group_size` when given.
+    fn replica_groups(&self, name: &str, group_size: Option<i64>) -> Result<Vec<Vec<i64>>, EmitError> {
+        let Some(ranks) = &self.opts.ranks else {
+            return Err(self.unsupported("a collective needs the number of ranks (tpuc run/compile --ranks N)"));
+        };
+        let groups = match ranks.groups.get(name) {
+            Some(g) => g.clone(),
+            None if name == "0" => vec![(0..ranks.count).collect()],
+            None => {
+                return Err(self.unsupported(format!("unknown process group `{name}`: give its ranks with --group {name}=RANKS")));
+            }
+        };
+        if let Some(n) = group_size {
+            if let Some(g) = groups.iter().find(|g| g.len() as i64 != n) {
+                return Err(self.unsupported(format!("group `{name}` has {} ranks ({g:?}), the op expects {n}", g.len())));
+            }
+        }
+        Ok(groups)
+    }
+
+    fn write_replica_groups(&mut self, groups: &[Vec<i64>]) {
+        let width = groups.first().map_or(0, Vec::len);
+        self.s("replica_groups = dense<[");
+        for (i, g) in groups.iter().enumerate() {
+            self.s(if i == 0 { "[" } else { ", [" });
+            for (j, r) in g.iter().enumerate() {
+                let _ = write!(self.out, "{}{r}", if j == 0 { "" } else { ", " });
+            }
+            self.s("]");
+        }
+        let _ = write!(self.out, "]> : tensor<{}x{width}xi64>", groups.len());
+    }
+
+    pub fn collective(&mut self, opcode: Opcode, x: V, tx: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
+        let group = a.str("group").unwrap_or("0");
+        let size = a.int("group_size");
+        let groups = self.replica_groups(group, size)?;
+        let body = match opcode {
+            Opcode::AllReduce | Opcode::ReduceScatter => {
+                let kind: ReduceKind = enum_attr(a, "kind");
+                let op = combiner(kind, tx.dt)
+                    .ok_or_else(|| self.unsupported(format!("collective reduction `{kind}` on {}", tx.dt.name())))?
+                    .0;
+                Some(op)
+            }
+            _ => None,
+        };
+        let name = match opcode {
+            Opcode::AllReduce => "all_reduce",
+            Opcode::AllGather => "all_gather",
+            Opcode::ReduceScatter => "reduce_scatter",
+            _ => "all_to_all",
+        };
+        let r = self.def();
+        let _ = write!(self.out, "\"stablehlo.{name}\"(");
+        self.val(x);
+        self.s(") ");
+        if let Some(op) = body {
+            let s = Ty::scalar(tx.dt);
+            let args = self.region_begin(&[&s, &s]);
+            let c = self.binary(op, args[0], args[1], &s);
+            self.region_return(&[(c, &s)]);
+            self.region_end();
+            self.s(" ");
+        }
+        self.s("{");
+        let dim = a.int("dimension").unwrap_or(0);
+        match opcode {
+            Opcode::AllGather => {
+                let _ = write!(self.out, "all_gather_dim = {dim} : i64, ");
+            }
+            Opcode::ReduceScatter => {
+                let _ = write!(self.out, "scatter_dimension = {dim} : i64, ");
+            }
+            Opcode::AllToAll => {
+                let n = size.unwrap_or(1);
+                let _ = write!(self.out, "split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, ");
+            }
+            _ => {}
+        }
+        self.write_replica_groups(&groups);
+        self.s("} : (");
+        self.ty(tx);
+        self.s(") -> ");
+        self.ty(rt);
+        self.end();
+        if a.bool("average") != Some(true) {
+            return Ok(r);
+        }
+        if !(rt.dt.is_float() || rt.dt.is_complex()) {
+            return Err(self.unsupported(format!("an average over ranks of {}", rt.dt.name())));
+        }
+        let n = self.splat(rt, Lit::F(groups[0].len() as f64));
+        Ok(self.binary("divide", r, n, rt))
+    }
+
+    /// The value of the group's rank `source` on every rank: everyone's value gathered along a
+    /// new leading dim, then `source`'s row taken (exact, no arithmetic).
+    pub fn collective_broadcast(&mut self, x: V, tx: &Ty, a: &Attrs) -> Result<V, EmitError> {
+        let group = a.str("group").unwrap_or("0");
+        let groups = self.replica_groups(group, None)?;
+        let n = groups[0].len() as i64;
+        let src = a.int("source").unwrap_or(0);
+        if !(0..n).contains(&src) {
+            return Err(self.unsupported(format!("broadcast from rank {src} of a group of {n}")));
+        }
+        let mut one = vec![1];
+        one.extend_from_slice(&tx.dims);
+        let t1 = Ty::new(tx.dt, &one);
+        let mut all = one.clone();
+        all[0] = n;
+        let tn = Ty::new(tx.dt, &all);
+        let x1 = self.reshape(x, tx, &t1);
+        let g = self.def();
+        self.s("\"stablehlo.all_gather\"(");
+        self.val(x1);
+        self.s(") {all_gather_dim = 0 : i64, ");
+        self.write_replica_groups(&groups);
+        self.s("} : (");
+        self.ty(&t1);
+        self.s(") -> ");
+        self.ty(&tn);
+        self.end();
+        let row = self.def();
+        self.s("stablehlo.slice ");
+        self.val(g);
+        let _ = write!(self.out, " [{}:{}", src, src + 1);
+        for d in &tx.dims {
+            let _ = write!(self.out, ", 0:{d}");
+        }
+        self.s("] : ");
+        self.fn_ty(&[&tn], &t1);
+        self.end();
+        Ok(self.reshape(row, &t1, tx))
+    }
+}

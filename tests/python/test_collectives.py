@@ -1,0 +1,131 @@
+"""Per-rank programs with PyTorch's functional collectives (`torch.ops._c10d_functional.*`),
+exported with torch.export under a fake process group of 4 ranks and run by `tpuc run --ranks
+4` on 4 CPU devices (one replica per rank): every collective equal to a NumPy emulation of
+the 4 ranks, and a tensor-parallel MLP equal to the unsharded one."""
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+from cli_check import TPUC
+
+R = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fake_world():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=R)
+    yield
+    if started:
+        dist.destroy_process_group()
+
+
+class Collectives(torch.nn.Module):
+    def forward(self, x):
+        w = dist.group.WORLD
+        return (
+            fc.all_reduce(x, "sum", w) * 2,
+            fc.all_reduce(x, "max", w),
+            fc.all_reduce(x, "min", w),
+            fc.all_reduce(x, "avg", w),
+            fc.all_reduce(x, "product", w),
+            fc.all_gather_tensor(x, 0, w),
+            fc.reduce_scatter_tensor(x.repeat(R, 1), "sum", 0, w),
+            fc.reduce_scatter_tensor(x.repeat(R, 1), "avg", 0, w),
+            fc.all_to_all_single(x, None, None, w),
+            torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.broadcast(x, 2, "0")),
+        )
+
+
+def emulate_collectives(xs):
+    """What the 4 ranks return, stacked along dim 0."""
+    each = lambda v: np.stack([v] * R)  # noqa: E731 - the same value on every rank
+    rep = np.stack([np.tile(xs[r], (R, 1)) for r in range(R)])
+    rows = xs.shape[1]
+    scatter = lambda tot: np.stack([tot[rows * r:rows * (r + 1)] for r in range(R)])  # noqa: E731
+    return [
+        each(xs.sum(0) * 2), each(xs.max(0)), each(xs.min(0)), each(xs.mean(0)), each(xs.prod(0)),
+        each(np.concatenate(list(xs), 0)),
+        scatter(rep.sum(0)), scatter(rep.mean(0)),
+        np.stack([np.stack([xs[j][r] for j in range(R)]) for r in range(R)]),
+        each(xs[2]),
+    ]
+
+
+class TensorParallelMLP(torch.nn.Module):
+    """Megatron MLP on one rank: its column shard of fc1, its row shard of fc2, one all-reduce."""
+
+    def forward(self, x, w1, b1, w2):
+        h = torch.relu(x @ w1.T + b1)
+        return fc.all_reduce(h @ w2.T, "sum", dist.group.WORLD)
+
+
+def run_ranks(tmp_path, model, per_rank_inputs, want, tol=1e-5, extra=()):
+    ep = torch.export.export(model, tuple(torch.from_numpy(a[0]) for a in per_rank_inputs))
+    pt2 = str(tmp_path / "model.pt2")
+    torch.export.save(ep, pt2)
+    ins, exp = [], []
+    for i, a in enumerate(per_rank_inputs):
+        ins.append(str(tmp_path / f"in_{i}.npy"))
+        np.save(ins[-1], a)
+    for i, w in enumerate(want):
+        exp.append(str(tmp_path / f"want_{i}.npy"))
+        np.save(exp[-1], w.astype(np.float32))
+    p = subprocess.run([TPUC, "run", pt2, "--ranks", str(R), "--inputs", *ins, "--expect", *exp, "--rtol", str(tol),
+                        "--atol", str(tol), "--no-cache", *extra], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def test_every_collective_equals_an_emulation_of_the_ranks(tmp_path):
+    xs = np.random.default_rng(0).standard_normal((R, 4, 3)).astype(np.float32)
+    p = run_ranks(tmp_path, Collectives(), [xs], emulate_collectives(xs))
+    assert p.stdout.count(": ok") == 10
+
+
+def test_tensor_parallel_mlp_equals_the_whole_mlp(tmp_path):
+    rng = np.random.default_rng(1)
+    d, h = 8, 32
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    w1 = rng.standard_normal((h, d)).astype(np.float32)
+    b1 = rng.standard_normal(h).astype(np.float32)
+    w2 = rng.standard_normal((d, h)).astype(np.float32)
+    whole = np.maximum(x @ w1.T + b1, 0) @ w2.T
+    k = h // R
+    inputs = [np.stack([x] * R), np.stack([w1[k * r:k * (r + 1)] for r in range(R)]),
+              np.stack([b1[k * r:k * (r + 1)] for r in range(R)]), np.stack([w2[:, k * r:k * (r + 1)] for r in range(R)])]
+    run_ranks(tmp_path, TensorParallelMLP(), inputs, [np.stack([whole] * R)], tol=1e-4)
+
+
+def test_groups_and_their_errors(tmp_path):
+    xs = np.random.default_rng(2).standard_normal((R, 4, 3)).astype(np.float32)
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x):
+            return fc.all_reduce(x, "sum", dist.group.WORLD)
+
+    # Group "0" as two pairs: ranks 0,1 and 2,3 each reduce among themselves.
+    pair = np.stack([xs[0] + xs[1]] * 2 + [xs[2] + xs[3]] * 2)
+    run_ranks(tmp_path, Pairs(), [xs], [pair], extra=("--group", "0=0,1|2,3"))
+    with pytest.raises(AssertionError, match="rank 4 is out of 0..4"):
+        run_ranks(tmp_path, Pairs(), [xs], [pair], extra=("--group", "0=0,1|2,4"))
+    # An all_gather of 4 over a group of 2 says so.
+    with pytest.raises(AssertionError, match="group `0` has 2 ranks"):
+        run_ranks(tmp_path, Collectives(), [xs], emulate_collectives(xs), extra=("--group", "0=0,1|2,3"))
+
+
+def test_unsupported_reduce_op_names_the_node(tmp_path):
+    class Xor(torch.nn.Module):
+        def forward(self, x):
+            return fc.all_reduce(x, "bxor", dist.group.WORLD)
+
+    xs = np.ones((R, 2), np.int32)
+    with pytest.raises(AssertionError, match="reduce op `bxor` on i32 is not supported"):
+        run_ranks(tmp_path, Xor(), [xs], [xs])
