@@ -50,6 +50,10 @@ pub struct SessionOptions {
     pub allow_excess_precision: bool,
     /// The default pipeline without `fuse`.
     pub no_fusion: bool,
+    /// An SPMD program over a device mesh (CPU: one device per partition, in this process).
+    pub sharding: Option<crate::spmd::MeshSharding>,
+    /// Shardings chosen by a policy for the arguments `sharding` does not name.
+    pub shard_policy: Option<crate::spmd::ShardPolicy>,
 }
 
 impl Default for SessionOptions {
@@ -66,6 +70,8 @@ impl Default for SessionOptions {
             bf16: false,
             allow_excess_precision: false,
             no_fusion: false,
+            sharding: None,
+            shard_policy: None,
         }
     }
 }
@@ -107,6 +113,10 @@ pub struct Program {
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
     /// Positions of the user-input arguments.
     user_args: Vec<usize>,
+    /// An SPMD program's mesh and argument shardings (policy choices included).
+    pub sharding: Option<crate::spmd::MeshSharding>,
+    /// SPMD programs: per argument, a weight's shard on every device.
+    resident_shards: Vec<Option<Vec<rt::Buffer>>>,
 }
 
 /// Imports, lowers and compiles a serialized program.
@@ -129,8 +139,13 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         bf16: options.bf16,
         allow_excess_precision: options.allow_excess_precision,
         no_fusion: options.no_fusion,
+        sharding: options.sharding.clone(),
+        shard_policy: options.shard_policy,
         ..Default::default()
     };
+    if options.sharding.is_some() && options.bucket.is_some() {
+        return Err(ExecError::Unsupported("a mesh with symbolic dims (buckets) is not supported yet".into()).into());
+    }
     let (mut lowered, size_args, result_layouts) = match &options.bucket {
         Some(bucket) => {
             let b = crate::lower_bucket(&imported.module, &imported.weights, bucket, &lower_options, Emit::StableHlo)?;
@@ -167,10 +182,11 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         write(dir, "module.tpuc", tpuc_ir::print_module(module).as_bytes())?;
         write(dir, "module.stablehlo.mlir", stablehlo.as_bytes())?;
     }
+    let devices = lowered.sharding.as_ref().map_or(1, crate::spmd::device_count);
     let request = CompileRequest {
         target: options.target,
         topology: options.topology.clone(),
-        partitions: 1,
+        partitions: devices,
         replicas: 1,
         plugin: options.plugin.clone(),
     };
@@ -186,7 +202,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     let mut compiled = compiled;
     if options.target == Target::Cpu && compiled.loaded.is_some() {
         // Run on the process's shared synchronous CPU client (see `run_client`).
-        let client = run_client(&compiled)?;
+        let client = run_client(&compiled, devices)?;
         compiled.loaded = Some(client.deserialize(&compiled.serialized).map_err(ExecError::from)?);
     }
     let device = match &compiled.loaded {
@@ -212,6 +228,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         user_args,
         size_args,
         result_layouts,
+        sharding: lowered.sharding,
+        resident_shards: Vec::new(),
     })
 }
 
@@ -219,24 +237,29 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
 /// their buffers can meet). On CPU it is created with `asynchronous=false`: an execution runs
 /// on the calling thread instead of being handed to the plugin's worker threads and waited for,
 /// which on a small host is most of the cost of running a small graph.
-fn run_client(compiled: &exec::Compiled) -> Result<rt::Client, ExecError> {
+/// SPMD programs over `devices` > 1 get a client of that many devices, shared the same way.
+fn run_client(compiled: &exec::Compiled, devices: i64) -> Result<rt::Client, ExecError> {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    static CLIENTS: std::sync::OnceLock<Mutex<HashMap<PathBuf, rt::Client>>> = std::sync::OnceLock::new();
+    static CLIENTS: std::sync::OnceLock<Mutex<HashMap<(PathBuf, i64), rt::Client>>> = std::sync::OnceLock::new();
     let plugin = compiled.loaded.as_ref().map(|l| l.client().plugin()).ok_or_else(|| {
         ExecError::Unsupported("no loaded executable to take the plugin from".into())
     })?;
     let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = clients.get(plugin.path()) {
+    let key = (plugin.path().to_path_buf(), devices);
+    if let Some(c) = clients.get(&key) {
         return Ok(c.clone());
     }
     let sync = std::env::var("TPUC_CPU_ASYNC").map_or(true, |v| v != "1");
-    let client = if sync {
-        plugin.create_client_with_options(&[rt::NamedValue::bool("asynchronous", false)])?
-    } else {
-        plugin.create_client()?
-    };
-    clients.insert(plugin.path().to_path_buf(), client.clone());
+    let mut options = Vec::new();
+    if sync {
+        options.push(rt::NamedValue::bool("asynchronous", false));
+    }
+    if devices > 1 {
+        options.push(rt::NamedValue::int("cpu_device_count", devices));
+    }
+    let client = plugin.create_client_with_options(&options)?;
+    clients.insert(key, client.clone());
     Ok(client)
 }
 
@@ -271,9 +294,33 @@ impl Program {
         if !spec.kind.is_weight() {
             return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
         }
+        if let Some(sh) = &self.sharding {
+            let shards = self.upload_shards(sh, arg, bytes)?;
+            if self.resident_shards.len() != self.args.len() {
+                self.resident_shards = self.args.iter().map(|_| None).collect();
+            }
+            self.resident_shards[arg] = Some(shards);
+            // Marks the weight as set for `has_weight` and `run`'s check.
+            self.resident[arg] = None;
+            return Ok(());
+        }
         let buffer = self.upload(arg, bytes)?;
         self.resident[arg] = Some(std::sync::Arc::new(buffer));
         Ok(())
+    }
+
+    /// Each device's shard of argument `arg` (dense bytes of its whole value).
+    fn upload_shards(&self, sh: &crate::spmd::MeshSharding, arg: usize, bytes: &[u8]) -> Result<Vec<rt::Buffer>, ExecError> {
+        let (dims, element_type) = self.check_arg(arg, bytes)?;
+        let (loaded, _) = self.runnable()?;
+        let spec = &self.args[arg];
+        let whole = crate::tensor::HostTensor { dtype: spec.ty.dtype, dims, bytes: bytes.to_vec() };
+        let mut out = Vec::with_capacity(loaded.devices().len());
+        for (d, device) in loaded.devices().iter().enumerate() {
+            let s = crate::spmd::shard_for_device(sh, &spec.name, &whole, d as i64)?;
+            out.push(loaded.client().buffer_from_host(&s.bytes, element_type, &s.dims, Some(device))?);
+        }
+        Ok(out)
     }
 
     /// Makes weight `arg` share the resident buffer of `other`'s weight `other_arg` (another
@@ -282,7 +329,8 @@ impl Program {
         let (Some(mine), Some(theirs)) = (self.args.get(arg), other.args.get(other_arg)) else {
             return Err(ExecError::BadInput(format!("{}: no argument {arg}", self.name)));
         };
-        if !mine.kind.is_weight() || mine.ty != theirs.ty {
+        // SPMD programs keep their own shards.
+        if !mine.kind.is_weight() || mine.ty != theirs.ty || self.sharding.is_some() || other.sharding.is_some() {
             return Ok(false);
         }
         match other.resident.get(other_arg) {
@@ -311,7 +359,7 @@ impl Program {
 
     /// True when weight `arg` has a resident value.
     pub fn has_weight(&self, arg: usize) -> bool {
-        self.resident.get(arg).is_some_and(Option::is_some)
+        self.resident.get(arg).is_some_and(Option::is_some) || self.resident_shards.get(arg).is_some_and(Option::is_some)
     }
 
     fn upload(&self, arg: usize, bytes: &[u8]) -> Result<rt::Buffer, ExecError> {
@@ -367,8 +415,8 @@ impl Program {
                 inputs.len()
             )));
         }
-        for (i, r) in self.resident.iter().enumerate() {
-            if self.args[i].kind.is_weight() && r.is_none() {
+        for i in 0..self.resident.len() {
+            if self.args[i].kind.is_weight() && !self.has_weight(i) {
                 return Err(ExecError::BadInput(format!(
                     "{}: {} `{}` has no value (set_weight was not called)",
                     self.name,
@@ -379,6 +427,9 @@ impl Program {
         }
         let (loaded, _) = self.runnable()?;
         times.check = t0.elapsed();
+        if let Some(sh) = &self.sharding {
+            return self.run_sharded(sh, loaded, inputs, times);
+        }
         let t1 = Instant::now();
         let mut uploaded = Vec::with_capacity(inputs.len());
         for (&arg, bytes) in self.user_args.iter().zip(inputs) {
@@ -394,6 +445,48 @@ impl Program {
         // Give the inputs back before returning (waits until the plugin is done with them).
         drop(uploaded);
         let host = rt::Buffer::into_host_all(outputs)?;
+        times.download = t3.elapsed();
+        Ok((host, times))
+    }
+}
+
+impl Program {
+    /// An SPMD run: every device's shard of each input uploaded, all devices run, the
+    /// (replicated) results read from the first.
+    fn run_sharded(
+        &self,
+        sh: &crate::spmd::MeshSharding,
+        loaded: &rt::LoadedExecutable,
+        inputs: &[&[u8]],
+        mut times: RunTimes,
+    ) -> Result<(Vec<HostArray>, RunTimes), ExecError> {
+        let t1 = Instant::now();
+        let mut uploaded: Vec<Vec<rt::Buffer>> = loaded.devices().iter().map(|_| Vec::new()).collect();
+        for (&arg, bytes) in self.user_args.iter().zip(inputs) {
+            for (d, b) in self.upload_shards(sh, arg, bytes)?.into_iter().enumerate() {
+                uploaded[d].push(b);
+            }
+        }
+        let args: Vec<Vec<&rt::Buffer>> = uploaded
+            .iter()
+            .enumerate()
+            .map(|(d, mine)| {
+                let mut next = mine.iter();
+                (0..self.args.len())
+                    .map(|i| match self.resident_shards.get(i).and_then(Option::as_ref) {
+                        Some(shards) => &shards[d],
+                        None => next.next().expect("one upload per user input"),
+                    })
+                    .collect()
+            })
+            .collect();
+        times.upload = t1.elapsed();
+        let t2 = Instant::now();
+        let mut outputs = loaded.execute_partitioned(&args)?;
+        times.execute = t2.elapsed();
+        let t3 = Instant::now();
+        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
+        let host = rt::Buffer::into_host_all(first)?;
         times.download = t3.elapsed();
         Ok((host, times))
     }

@@ -184,7 +184,7 @@ fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAn
 impl Program {
     /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
     #[staticmethod]
-    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true))]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true, mesh=None, shard_policy=None, shard=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         py: Python<'_>,
@@ -200,6 +200,9 @@ impl Program {
         bf16: bool,
         allow_excess_precision: bool,
         fusion: bool,
+        mesh: Option<&str>,
+        shard_policy: Option<&str>,
+        shard: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
             let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
@@ -207,7 +210,31 @@ impl Program {
                 None => None,
                 Some(p) => Some(p.parse().map_err(|e| tpuc_error(py, format!("tpuc: precision: {e}"), "options", None, None))?),
             };
+            let opt_err = |m: String| tpuc_error(py, format!("tpuc: {m}"), "options", None, None);
+            let sharding = match mesh {
+                None if shard.is_some() || shard_policy.is_some() => {
+                    return Err(opt_err("`shard` and `shard_policy` need a `mesh`".into()));
+                }
+                None => None,
+                Some(m) => {
+                    let axes = tpuc_driver::spmd::parse_mesh(m).map_err(|e| opt_err(format!("mesh: {e}")))?;
+                    let mut args = std::collections::BTreeMap::new();
+                    for (name, axes) in shard.unwrap_or_default() {
+                        let (_, dims) = tpuc_driver::spmd::parse_shard(&format!("{name}={axes}")).map_err(|e| opt_err(format!("shard: {e}")))?;
+                        args.insert(name, dims);
+                    }
+                    Some(tpuc_driver::spmd::MeshSharding { axes, args })
+                }
+            };
+            let shard_policy = match shard_policy {
+                None => None,
+                Some(p) => Some(tpuc_driver::spmd::ShardPolicy::parse(p).ok_or_else(|| {
+                    opt_err(format!("shard_policy {p:?}: expected one of {}", tpuc_driver::spmd::ShardPolicy::NAMES.join(", ")))
+                })?),
+            };
             let options = SessionOptions {
+                sharding,
+                shard_policy,
                 target,
                 topology,
                 plugin,

@@ -104,7 +104,7 @@ class CompiledGraph:
             program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
             dump_dir=opts.dump_dir, verify_each=opts.verify_each, bucket=bucket,
             precision=opts.matmul_precision(), bf16=opts.bf16, allow_excess_precision=opts.allow_excess_precision,
-            fusion=opts.fusion,
+            fusion=opts.fusion, mesh=opts.mesh, shard_policy=opts.shard_policy, shard=dict(opts.shard) or None,
         )
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket

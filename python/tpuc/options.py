@@ -15,6 +15,9 @@ else defaults.
 | allow_excess_precision | TPUC_ALLOW_EXCESS_PRECISION | 0 | drop round trips through narrower float types |
 | fusion | TPUC_FUSION | 1 | composites for attention, norms, GELU, RoPE, SwiGLU (0: plain ops) |
 | no_recompile | TPUC_NO_RECOMPILE | 0 | after `tpuc.warmup(...)`, any compile raises (naming the graph and bucket) |
+| mesh | TPUC_MESH | - | run every graph as an SPMD program over a device mesh, e.g. `x=2,y=2` (CPU: that many devices in this process; TPU: one partition per chip) |
+| shard_policy | TPUC_SHARD_POLICY | - | with `mesh`: `dp`, `fsdp` or `tp` (see the README's SPMD section) |
+| shard | - | - | with `mesh`: `{argument name: "x,_"}` for arguments the policy should not decide (names as in `dump_dir`'s IR) |
 | buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
 | cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
 
@@ -48,6 +51,9 @@ class Options:
     bf16: bool = False
     allow_excess_precision: bool = False
     fusion: bool = True
+    mesh: str | None = None
+    shard_policy: str | None = None
+    shard: tuple[tuple[str, str], ...] = ()
     # TPUC_CACHE_* settings given as options (name without the TPUC_ prefix, lower case).
     cache: tuple[tuple[str, str], ...] = ()
 
@@ -57,7 +63,7 @@ class Options:
         options = dict(options or {})
         fields = {f.name for f in dataclasses.fields(Options)} - {"cache"}
         values: dict[str, Any] = {}
-        for name in fields:
+        for name in fields - {"shard"}:
             raw = env.get(f"TPUC_{name.upper()}")
             if raw is not None:
                 values[name] = raw
@@ -94,7 +100,16 @@ class Options:
             if p not in (None, "default", "high", "highest"):
                 raise ValueError(f"tpuc: option precision={values['precision']!r}: expected 'default', 'high' or 'highest'")
             values["precision"] = p
-        for name in ("topology", "plugin", "dump_dir"):
+        if "shard" in values:
+            sh = values["shard"]
+            if not isinstance(sh, dict):
+                raise ValueError(f"tpuc: option shard={sh!r}: expected a dict of argument name -> axes ('x,_')")
+            values["shard"] = tuple(sorted((str(k), str(v)) for k, v in sh.items()))
+        if "shard_policy" in values and values["shard_policy"] not in (None, ""):
+            values["shard_policy"] = str(values["shard_policy"]).strip().lower()
+            if values["shard_policy"] not in ("dp", "fsdp", "tp"):
+                raise ValueError(f"tpuc: option shard_policy={values['shard_policy']!r}: expected 'dp', 'fsdp' or 'tp'")
+        for name in ("topology", "plugin", "dump_dir", "mesh", "shard_policy"):
             if name in values and values[name] in ("", None):
                 values[name] = None
             elif name in values:
@@ -102,6 +117,8 @@ class Options:
         opts = Options(cache=tuple(cache), **values)
         if opts.target == "tpu" and not opts.topology:
             raise ValueError("tpuc: target='tpu' needs a topology (e.g. options={'topology': 'v5e:2x2'} or TPUC_TOPOLOGY)")
+        if (opts.shard or opts.shard_policy) and not opts.mesh:
+            raise ValueError("tpuc: options shard and shard_policy need a mesh (e.g. options={'mesh': 'x=2,y=2'})")
         if opts.target == "cpu" and opts.topology:
             raise ValueError("tpuc: topology applies to target='tpu' only")
         return opts
