@@ -227,6 +227,16 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
                 ExecError::BadInput("--target tpu needs --topology (e.g. v5e:2x2, v6e:2x2, v5p:2x2x1)".into())
             })?;
             let topology = plugin.create_topology(name, &rt::tpu_topology_options())?;
+            let wanted = req.partitions.max(1) * req.replicas.max(1);
+            if let Ok(chips) = topology.devices().map(|d| d.len() as i64) {
+                if wanted > chips {
+                    return Err(ExecError::BadInput(format!(
+                        "{name} has {chips} chips; the program needs {wanted} (partitions {} x ranks {}): use a larger topology or a smaller mesh",
+                        req.partitions.max(1),
+                        req.replicas.max(1)
+                    )));
+                }
+            }
             let platform = topology.platform_name()?;
             Ok(CompileTarget::Topology(topology, platform))
         }
