@@ -104,9 +104,20 @@ pub fn bucket_name(sizes: &Sizes) -> String {
     sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
+/// Copies the box `[0, region)` of a row-major array of shape `src_dims` to
+/// `[dst_start, dst_start + region)` of one of shape `dst_dims`.
+pub(crate) fn copy_box_to(src: &[u8], src_dims: &[i64], dst: &mut [u8], dst_dims: &[i64], dst_start: &[i64], region: &[i64], esz: usize) {
+    box_copy(src, src_dims, &vec![0; region.len()], dst, dst_dims, dst_start, region, esz)
+}
+
 /// Copies the box `[src_start, src_start + region)` of a row-major array of shape `src_dims`
 /// to `[0, region)` of one of shape `dst_dims` (both large enough in every dim).
 pub(crate) fn copy_box(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mut [u8], dst_dims: &[i64], region: &[i64], esz: usize) {
+    box_copy(src, src_dims, src_start, dst, dst_dims, &vec![0; region.len()], region, esz)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn box_copy(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mut [u8], dst_dims: &[i64], dst_start: &[i64], region: &[i64], esz: usize) {
     let rank = region.len();
     if region.contains(&0) {
         return;
@@ -125,10 +136,11 @@ pub(crate) fn copy_box(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mu
     let (ss, ds) = (strides(src_dims), strides(dst_dims));
     let run = region[rank - 1] as usize * esz;
     let base: usize = src_start.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
+    let dbase: usize = dst_start.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
     let mut idx = vec![0i64; rank - 1];
     loop {
         let so: usize = base + idx.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum::<usize>();
-        let d_o: usize = idx.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
+        let d_o: usize = dbase + idx.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum::<usize>();
         dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
         // Next row of the box.
         let mut k = rank - 1;

@@ -485,8 +485,25 @@ impl Program {
         let mut outputs = loaded.execute_partitioned(&args)?;
         times.execute = t2.elapsed();
         let t3 = Instant::now();
-        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
-        let host = rt::Buffer::into_host_all(first)?;
+        let host = if sh.results.is_empty() {
+            // Every result replicated: the first device's, without a copy.
+            let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
+            rt::Buffer::into_host_all(first)?
+        } else {
+            let mut per_device = Vec::with_capacity(outputs.len());
+            for o in outputs {
+                let dims = o.iter().map(|b| b.shape().map(|s| s.dims)).collect::<Result<Vec<_>, _>>()?;
+                let host = rt::Buffer::into_host_all(o)?;
+                per_device.push(
+                    host.into_iter()
+                        .zip(dims)
+                        .zip(&self.results)
+                        .map(|((h, dims), ty)| crate::tensor::HostTensor { dtype: ty.dtype, dims, bytes: h.into_vec() })
+                        .collect(),
+                );
+            }
+            crate::spmd::join_results(sh, &self.results, per_device)?.into_iter().map(|t| rt::HostArray::from(t.bytes)).collect()
+        };
         times.download = t3.elapsed();
         Ok((host, times))
     }

@@ -73,8 +73,9 @@ pub fn device_count(sh: &MeshSharding) -> i64 {
     sh.axes.iter().map(|(_, s)| s).product()
 }
 
-/// Checks `sh` against `main`'s arguments: every name an argument, one entry per dim, known
-/// axes each used once per argument, static dims that divide evenly.
+/// Checks `sh` against `main`'s arguments and results: every name an argument, every index a
+/// result, one entry per dim, known axes each used once per value, static dims that divide
+/// evenly.
 pub fn check(sh: &MeshSharding, module: &Module) -> Result<(), String> {
     let Some(func) = module.main_func() else { return Err("the program has no main function".into()) };
     let entry = module.entry_block(func);
@@ -84,30 +85,37 @@ pub fn check(sh: &MeshSharding, module: &Module) -> Result<(), String> {
             let known: Vec<&str> = args.keys().copied().collect();
             return Err(format!("--shard names `{name}`, which is not an argument of the program (arguments: {})", known.join(", ")));
         };
-        let ty = &module.values[module.blocks[entry].args[i]].ty;
-        if dims.len() != ty.rank() {
-            return Err(format!("--shard {name}: {} entries for `{name}`: {ty}, which has {} dims", dims.len(), ty.rank()));
-        }
-        let mut used: Vec<&str> = Vec::new();
-        for (d, axes) in dims.iter().enumerate() {
-            let mut parts = 1;
-            for a in axes {
-                let Some((_, size)) = sh.axes.iter().find(|(n, _)| n == a) else {
-                    let known: Vec<&str> = sh.axes.iter().map(|(n, _)| n.as_str()).collect();
-                    return Err(format!("--shard {name}: unknown mesh axis `{a}` (the mesh has {})", known.join(", ")));
-                };
-                if used.contains(&a.as_str()) {
-                    return Err(format!("--shard {name}: mesh axis `{a}` used twice"));
-                }
-                used.push(a);
-                parts *= size;
+        check_value(sh, &format!("--shard {name}"), &format!("`{name}`"), &module.values[module.blocks[entry].args[i]].ty, dims)?;
+    }
+    let results = crate::exec::result_types(module);
+    for (&i, dims) in &sh.results {
+        let ty = results.get(i).ok_or_else(|| format!("result {i} does not exist (the program has {})", results.len()))?;
+        check_value(sh, &format!("result {i}"), &format!("result {i}"), ty, dims)?;
+    }
+    Ok(())
+}
+
+fn check_value(sh: &MeshSharding, what: &str, value: &str, ty: &tpuc_ir::TensorType, dims: &[Vec<String>]) -> Result<(), String> {
+    if dims.len() != ty.rank() {
+        return Err(format!("{what}: {} entries for {value}: {ty}, which has {} dims", dims.len(), ty.rank()));
+    }
+    let mut used: Vec<&str> = Vec::new();
+    for (d, axes) in dims.iter().enumerate() {
+        let mut parts = 1;
+        for a in axes {
+            let Some((_, size)) = sh.axes.iter().find(|(n, _)| n == a) else {
+                let known: Vec<&str> = sh.axes.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(format!("{what}: unknown mesh axis `{a}` (the mesh has {})", known.join(", ")));
+            };
+            if used.contains(&a.as_str()) {
+                return Err(format!("{what}: mesh axis `{a}` used twice"));
             }
-            if let Some(n) = ty.dims[d].as_static() {
-                if n % parts != 0 {
-                    return Err(format!(
-                        "--shard {name}: dim {d} of `{name}` ({ty}) has size {n}, which does not split into {parts} equal shards"
-                    ));
-                }
+            used.push(a);
+            parts *= size;
+        }
+        if let Some(n) = ty.dims[d].as_static() {
+            if n % parts != 0 {
+                return Err(format!("{what}: dim {d} of {value} ({ty}) has size {n}, which does not split into {parts} equal shards"));
             }
         }
     }
@@ -188,6 +196,17 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
     }
     for (name, spec) in chosen {
         sh.args.entry(name).or_insert(spec);
+    }
+    // Data parallel results stay split by batch: each device returns its rows and the host
+    // joins them, instead of an all-gather on the devices.
+    if matches!(policy, ShardPolicy::Dp | ShardPolicy::Fsdp) {
+        for (i, ty) in crate::exec::result_types(module).iter().enumerate() {
+            if ty.rank() > 0 && ty.dims[0].as_static().is_some_and(|n| n % size_of(&all) == 0) {
+                let mut spec = vec![Vec::new(); ty.rank()];
+                spec[0] = all.clone();
+                sh.results.entry(i).or_insert(spec);
+            }
+        }
     }
 }
 
@@ -275,12 +294,44 @@ fn coords(sh: &MeshSharding, p: i64) -> BTreeMap<&str, i64> {
 /// (the whole tensor when the argument is not sharded).
 pub fn shard_for_device(sh: &MeshSharding, name: &str, t: &HostTensor, p: i64) -> Result<HostTensor, ExecError> {
     let Some(dims) = sh.args.get(name) else { return Ok(t.clone()) };
-    if dims.len() != t.dims.len() {
-        return Err(ExecError::BadInput(format!("`{name}` has {} dims, its sharding names {}", t.dims.len(), dims.len())));
+    let (start, size) = block_of(sh, &format!("`{name}`"), dims, &t.dims, p)?;
+    Ok(block(t, &start, &size))
+}
+
+/// A result of an SPMD run from every device's piece: the whole tensor, each device's block
+/// put at its place (devices that hold the same block agree; the first is taken).
+pub fn assemble(sh: &MeshSharding, index: usize, whole_dims: &[i64], pieces: &[HostTensor]) -> Result<HostTensor, ExecError> {
+    let Some(dims) = sh.results.get(&index) else {
+        return pieces.first().cloned().ok_or_else(|| ExecError::BadInput("no device output".into()));
+    };
+    let first = pieces.first().ok_or_else(|| ExecError::BadInput("no device output".into()))?;
+    let e = first.dtype.size_bytes();
+    let mut out = HostTensor {
+        dtype: first.dtype,
+        dims: whole_dims.to_vec(),
+        bytes: vec![0u8; whole_dims.iter().product::<i64>() as usize * e],
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (p, piece) in pieces.iter().enumerate() {
+        let (start, size) = block_of(sh, &format!("result {index}"), dims, whole_dims, p as i64)?;
+        if piece.dims != size {
+            return Err(ExecError::BadInput(format!("result {index}: device {p} returned {:?}, expected a block of {size:?}", piece.dims)));
+        }
+        if seen.insert(start.clone()) {
+            crate::dynamic::copy_box_to(&piece.bytes, &size, &mut out.bytes, whole_dims, &start, &size, e);
+        }
+    }
+    Ok(out)
+}
+
+/// Where device `p`'s block of a value of shape `shape` split by `dims` starts, and its size.
+fn block_of(sh: &MeshSharding, what: &str, dims: &[Vec<String>], shape: &[i64], p: i64) -> Result<(Vec<i64>, Vec<i64>), ExecError> {
+    if dims.len() != shape.len() {
+        return Err(ExecError::BadInput(format!("{what} has {} dims, its sharding names {}", shape.len(), dims.len())));
     }
     let c = coords(sh, p);
-    let mut start = vec![0i64; t.dims.len()];
-    let mut size = t.dims.clone();
+    let mut start = vec![0i64; shape.len()];
+    let mut size = shape.to_vec();
     for (d, axes) in dims.iter().enumerate() {
         let (mut parts, mut index) = (1i64, 0i64);
         for a in axes {
@@ -288,16 +339,13 @@ pub fn shard_for_device(sh: &MeshSharding, name: &str, t: &HostTensor, p: i64) -
             index = index * n + c.get(a.as_str()).copied().unwrap_or(0);
             parts *= n;
         }
-        if t.dims[d] % parts != 0 {
-            return Err(ExecError::BadInput(format!(
-                "dim {d} of `{name}` has size {}, which does not split into {parts} equal shards",
-                t.dims[d]
-            )));
+        if shape[d] % parts != 0 {
+            return Err(ExecError::BadInput(format!("dim {d} of {what} has size {}, which does not split into {parts} equal shards", shape[d])));
         }
-        size[d] = t.dims[d] / parts;
+        size[d] = shape[d] / parts;
         start[d] = index * size[d];
     }
-    Ok(block(t, &start, &size))
+    Ok((start, size))
 }
 
 /// The dense block of `t` at `start` with extent `size`.
@@ -340,6 +388,7 @@ mod tests {
             args: [("a".to_string(), vec![vec!["x".to_string()], vec!["y".to_string()]]), ("b".to_string(), vec![vec![], vec!["x".to_string(), "y".to_string()]])]
                 .into_iter()
                 .collect(),
+            results: Default::default(),
         };
         let t = iota(&[4, 4]);
         // Device 1 = (x 0, y 1): rows 0..2, cols 2..4.
@@ -353,6 +402,21 @@ mod tests {
         // A dim that does not divide is an error naming it.
         let e = shard_for_device(&sh, "a", &iota(&[3, 4]), 0).unwrap_err().to_string();
         assert!(e.contains("dim 0 of `a`"), "{e}");
+    }
+
+    #[test]
+    fn results_join_from_their_pieces() {
+        let mut sh = MeshSharding { axes: vec![("x".into(), 2), ("y".into(), 3)], ..Default::default() };
+        for dims in [vec![vec!["x".to_string()], vec!["y".to_string()]], vec![vec![], vec!["y".to_string(), "x".to_string()]], vec![vec!["x".to_string()], vec![]]] {
+            sh.args.insert("r".into(), dims.clone());
+            sh.results.insert(0, dims);
+            let t = iota(&[4, 6]);
+            let pieces: Vec<HostTensor> = (0..6).map(|p| shard_for_device(&sh, "r", &t, p).unwrap()).collect();
+            assert_eq!(assemble(&sh, 0, &t.dims, &pieces).unwrap(), t);
+        }
+        // A piece of the wrong shape is an error, not a silent mix-up.
+        let bad = vec![iota(&[1, 1]); 6];
+        assert!(assemble(&sh, 0, &[4, 6], &bad).unwrap_err().to_string().contains("device 0 returned"));
     }
 
     #[test]
@@ -440,11 +504,14 @@ impl<'c> MultiDevice<'c> {
         Ok(self.loaded.execute_partitioned(&args)?)
     }
 
+    /// A device's outputs on the host, with the buffers' own (per-device) dims.
     fn to_host(&self, outputs: Vec<tpuc_runtime::Buffer>) -> Result<Vec<HostTensor>, ExecError> {
+        let dims = outputs.iter().map(|b| b.shape().map(|s| s.dims)).collect::<Result<Vec<_>, _>>()?;
         Ok(tpuc_runtime::Buffer::into_host_all(outputs)?
             .into_iter()
             .zip(&self.results)
-            .map(|(bytes, ty)| HostTensor { dtype: ty.dtype, dims: ty.static_dims().unwrap_or_default(), bytes: bytes.into_vec() })
+            .zip(dims)
+            .map(|((bytes, ty), dims)| HostTensor { dtype: ty.dtype, dims, bytes: bytes.into_vec() })
             .collect())
     }
 }
@@ -474,11 +541,30 @@ impl<'c> ShardedRunner<'c> {
     pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
         crate::exec::check_inputs(&self.inner.specs, inputs)?;
         let piece = |name: &str, t: &HostTensor, d: usize| shard_for_device(&self.sharding, name, t, d as i64);
-        let mut outputs = self.inner.execute(inputs, &piece)?;
-        // Results are emitted replicated: every device holds them whole.
-        let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
-        self.inner.to_host(first)
+        let per_device = self
+            .inner
+            .execute(inputs, &piece)?
+            .into_iter()
+            .map(|o| self.inner.to_host(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        join_results(&self.sharding, &self.inner.results, per_device)
     }
+}
+
+/// The whole results of an SPMD run from each device's outputs (`per_device[d][i]`: device
+/// d's piece of result i): replicated results from the first device, split ones joined.
+pub fn join_results(sh: &MeshSharding, types: &[tpuc_ir::TensorType], mut per_device: Vec<Vec<HostTensor>>) -> Result<Vec<HostTensor>, ExecError> {
+    let mut out = Vec::with_capacity(types.len());
+    for (i, ty) in types.iter().enumerate() {
+        if !sh.results.contains_key(&i) {
+            let first = per_device.first_mut().and_then(|d| d.get_mut(i)).ok_or_else(|| ExecError::BadInput("missing device output".into()))?;
+            out.push(std::mem::replace(first, HostTensor { dtype: ty.dtype, dims: Vec::new(), bytes: Vec::new() }));
+            continue;
+        }
+        let pieces: Vec<HostTensor> = per_device.iter_mut().map(|d| std::mem::replace(&mut d[i], HostTensor { dtype: ty.dtype, dims: Vec::new(), bytes: Vec::new() })).collect();
+        out.push(assemble(sh, i, &ty.static_dims().unwrap_or_default(), &pieces)?);
+    }
+    Ok(out)
 }
 
 /// Runs a per-rank program (one replica per rank, collectives between them) on as many

@@ -263,15 +263,16 @@ impl<'m> Emitter<'m> {
         Ok(())
     }
 
-    /// `, sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>` for argument `name` (or a
-    /// replicated value, `name` None) of rank `rank`, when the module is sharded; the leading
-    /// comma is left out when the dictionary has nothing before it.
-    fn sdy_sharding(&mut self, name: Option<&str>, rank: usize) -> Result<(), EmitError> {
-        let Some(sh) = &self.opts.sharding else { return Ok(()) };
-        let dims = name.and_then(|n| sh.args.get(n));
-        if let (Some(n), Some(d)) = (name, dims) {
+    /// `, sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>` for a value of rank `rank` split by
+    /// `dims` (`None`: replicated), when the module is sharded; `what` names it in errors. The
+    /// leading comma is left out when the dictionary has nothing before it.
+    fn sdy_sharding(&mut self, what: &str, dims: Option<&Vec<Vec<String>>>, rank: usize) -> Result<(), EmitError> {
+        if self.opts.sharding.is_none() {
+            return Ok(());
+        }
+        if let Some(d) = dims {
             if d.len() != rank {
-                return Err(EmitError::Sharding(format!("`{n}` has rank {rank}, its sharding names {} dims", d.len())));
+                return Err(EmitError::Sharding(format!("{what} has rank {rank}, its sharding names {} dims", d.len())));
             }
         }
         if !self.out.ends_with('{') {
@@ -293,6 +294,14 @@ impl<'m> Emitter<'m> {
         }
         self.out.push_str("]>");
         Ok(())
+    }
+
+    /// The sharding of main's argument `name` / result `index`, if any.
+    fn arg_dims(&self, name: &str) -> Option<&'m Vec<Vec<String>>> {
+        self.opts.sharding.as_ref().and_then(|s| s.args.get(name))
+    }
+    fn result_dims(&self, index: usize) -> Option<&'m Vec<Vec<String>>> {
+        self.opts.sharding.as_ref().and_then(|s| s.results.get(&index))
     }
 
     fn func(&mut self, fi: usize, is_main: bool) -> Result<(), EmitError> {
@@ -325,12 +334,12 @@ impl<'m> Emitter<'m> {
                 );
                 write_str_lit(&mut self.out, &info.name);
                 if is_main {
-                    self.sdy_sharding(Some(&info.name), t.rank())?;
+                    self.sdy_sharding(&format!("`{}`", info.name), self.arg_dims(&info.name), t.rank())?;
                 }
                 self.out.push('}');
             } else if is_main && self.opts.sharding.is_some() {
                 self.out.push_str(" {");
-                self.sdy_sharding(None, t.rank())?;
+                self.sdy_sharding(&format!("argument {i}"), None, t.rank())?;
                 self.out.push('}');
             }
         }
@@ -353,12 +362,12 @@ impl<'m> Emitter<'m> {
                     );
                     write_str_lit(&mut self.out, &info.name);
                     if is_main {
-                        self.sdy_sharding(None, t.rank())?;
+                        self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     }
                     self.out.push('}');
                 } else if is_main && self.opts.sharding.is_some() {
                     self.out.push_str(" {");
-                    self.sdy_sharding(None, t.rank())?;
+                    self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     self.out.push('}');
                 }
             }

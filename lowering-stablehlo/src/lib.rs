@@ -79,10 +79,10 @@ pub struct Ranks {
     pub groups: std::collections::BTreeMap<String, Vec<Vec<i64>>>,
 }
 
-/// A device mesh and the shardings of `main`'s arguments, emitted as Shardy: `sdy.mesh @mesh`
-/// at module level and an `sdy.sharding` on every argument and result (arguments without an
-/// entry, and all results, replicated), for a program partitioned over the mesh's devices
-/// (device p holds the shard at p's row-major position in the mesh).
+/// A device mesh and the shardings of `main`'s arguments and results, emitted as Shardy:
+/// `sdy.mesh @mesh` at module level and an `sdy.sharding` on every argument and result (those
+/// without an entry replicated), for a program partitioned over the mesh's devices (device p
+/// holds the shard at p's row-major position in the mesh).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MeshSharding {
     /// Axis names and sizes, major to minor.
@@ -90,6 +90,8 @@ pub struct MeshSharding {
     /// By argument name (`tpuc.name`): for each dim, the mesh axes it is split over, major
     /// first (none: that dim is whole on every device).
     pub args: std::collections::BTreeMap<String, Vec<Vec<String>>>,
+    /// By result index, the same.
+    pub results: std::collections::BTreeMap<usize, Vec<Vec<String>>>,
 }
 
 impl Default for EmitOptions {

@@ -223,7 +223,7 @@ impl Program {
                         let (_, dims) = tpuc_driver::spmd::parse_shard(&format!("{name}={axes}")).map_err(|e| opt_err(format!("shard: {e}")))?;
                         args.insert(name, dims);
                     }
-                    Some(tpuc_driver::spmd::MeshSharding { axes, args })
+                    Some(tpuc_driver::spmd::MeshSharding { axes, args, results: Default::default() })
                 }
             };
             let shard_policy = match shard_policy {

@@ -318,6 +318,13 @@ enum Host {
     Copied(Vec<u8>),
 }
 
+impl From<Vec<u8>> for HostArray {
+    /// Bytes assembled on the host (e.g. a result joined from several devices' pieces).
+    fn from(bytes: Vec<u8>) -> Self {
+        HostArray(Host::Copied(bytes))
+    }
+}
+
 impl HostArray {
     /// True when the bytes are the device buffer's own memory (no copy was made).
     pub fn in_place(&self) -> bool {

@@ -192,7 +192,7 @@ impl PipelineArgs {
                 return Err(Failure::User(format!("--shard gives `{name}` twice")));
             }
         }
-        Ok(Some(tpuc_driver::spmd::MeshSharding { axes: mesh.0.clone(), args }))
+        Ok(Some(tpuc_driver::spmd::MeshSharding { axes: mesh.0.clone(), args, results: Default::default() }))
     }
 
     /// The ranks and process groups of --ranks / --group.
