@@ -314,9 +314,14 @@ impl Program {
         let (dims, element_type) = self.check_arg(arg, bytes)?;
         let (loaded, _) = self.runnable()?;
         let spec = &self.args[arg];
+        let devices = loaded.devices();
+        if !sh.args.contains_key(&spec.name) {
+            // Replicated: the caller's bytes to every device, no host copy.
+            return devices.iter().map(|d| Ok(loaded.client().buffer_from_host(bytes, element_type, &dims, Some(d))?)).collect();
+        }
         let whole = crate::tensor::HostTensor { dtype: spec.ty.dtype, dims, bytes: bytes.to_vec() };
-        let mut out = Vec::with_capacity(loaded.devices().len());
-        for (d, device) in loaded.devices().iter().enumerate() {
+        let mut out = Vec::with_capacity(devices.len());
+        for (d, device) in devices.iter().enumerate() {
             let s = crate::spmd::shard_for_device(sh, &spec.name, &whole, d as i64)?;
             out.push(loaded.client().buffer_from_host(&s.bytes, element_type, &s.dims, Some(device))?);
         }

@@ -6,6 +6,7 @@
 
 use crate::exec::ExecError;
 use crate::tensor::HostTensor;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use tpuc_ir::Module;
 pub use tpuc_lowering_stablehlo::{MeshSharding, Ranks};
@@ -291,11 +292,11 @@ fn coords(sh: &MeshSharding, p: i64) -> BTreeMap<&str, i64> {
 }
 
 /// The block of `t` that device `p` holds under the sharding `dims` of argument `name`
-/// (the whole tensor when the argument is not sharded).
-pub fn shard_for_device(sh: &MeshSharding, name: &str, t: &HostTensor, p: i64) -> Result<HostTensor, ExecError> {
-    let Some(dims) = sh.args.get(name) else { return Ok(t.clone()) };
+/// (`t` itself, borrowed, when the argument is not sharded).
+pub fn shard_for_device<'t>(sh: &MeshSharding, name: &str, t: &'t HostTensor, p: i64) -> Result<Cow<'t, HostTensor>, ExecError> {
+    let Some(dims) = sh.args.get(name) else { return Ok(Cow::Borrowed(t)) };
     let (start, size) = block_of(sh, &format!("`{name}`"), dims, &t.dims, p)?;
-    Ok(block(t, &start, &size))
+    Ok(Cow::Owned(block(t, &start, &size)))
 }
 
 /// A result of an SPMD run from every device's piece: the whole tensor, each device's block
@@ -398,7 +399,7 @@ mod tests {
         // b: cols split 4 ways, x major: device 3 takes col 3.
         assert_eq!(values(&shard_for_device(&sh, "b", &t, 3).unwrap()), vec![3, 7, 11, 15]);
         // Unsharded arguments are whole on every device.
-        assert_eq!(shard_for_device(&sh, "c", &t, 2).unwrap(), t);
+        assert!(matches!(shard_for_device(&sh, "c", &t, 2).unwrap(), Cow::Borrowed(b) if *b == t));
         // A dim that does not divide is an error naming it.
         let e = shard_for_device(&sh, "a", &iota(&[3, 4]), 0).unwrap_err().to_string();
         assert!(e.contains("dim 0 of `a`"), "{e}");
@@ -411,7 +412,7 @@ mod tests {
             sh.args.insert("r".into(), dims.clone());
             sh.results.insert(0, dims);
             let t = iota(&[4, 6]);
-            let pieces: Vec<HostTensor> = (0..6).map(|p| shard_for_device(&sh, "r", &t, p).unwrap()).collect();
+            let pieces: Vec<HostTensor> = (0..6).map(|p| shard_for_device(&sh, "r", &t, p).unwrap().into_owned()).collect();
             assert_eq!(assemble(&sh, 0, &t.dims, &pieces).unwrap(), t);
         }
         // A piece of the wrong shape is an error, not a silent mix-up.
@@ -438,9 +439,34 @@ struct MultiDevice<'c> {
     results: Vec<tpuc_ir::TensorType>,
 }
 
-/// The piece of a tensor (an argument's whole value) a device takes: (argument name, value,
-/// device index) -> piece.
-type Piece<'p> = &'p dyn Fn(&str, &HostTensor, usize) -> Result<HostTensor, ExecError>;
+/// Which piece of an argument's value each device takes.
+#[derive(Clone, Copy)]
+enum Piece<'a> {
+    /// Its block under a mesh sharding.
+    Shard(&'a MeshSharding),
+    /// The whole value.
+    Whole,
+    /// Row d of a value stacked along a new leading dim (per-rank inputs).
+    Row,
+}
+
+impl Piece<'_> {
+    fn of<'t>(self, name: &str, t: &'t HostTensor, d: usize) -> Result<Cow<'t, HostTensor>, ExecError> {
+        match self {
+            Piece::Shard(sh) => shard_for_device(sh, name, t, d as i64),
+            Piece::Whole => Ok(Cow::Borrowed(t)),
+            Piece::Row => {
+                let mut start = vec![0i64; t.dims.len()];
+                start[0] = d as i64;
+                let mut size = t.dims.clone();
+                size[0] = 1;
+                let mut b = block(t, &start, &size);
+                b.dims.remove(0);
+                Ok(Cow::Owned(b))
+            }
+        }
+    }
+}
 
 impl<'c> MultiDevice<'c> {
     fn new(
@@ -466,7 +492,7 @@ impl<'c> MultiDevice<'c> {
             let whole = HostTensor { dtype: w.ty.dtype, dims: w.ty.static_dims().unwrap_or_default(), bytes: w.to_dense_bytes().to_vec() };
             let mut per_device = Vec::with_capacity(devices as usize);
             for (d, device) in loaded.devices().iter().enumerate() {
-                let s = piece(&spec.name, &whole, d)?;
+                let s = piece.of(&spec.name, &whole, d)?;
                 per_device.push(loaded.client().buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
             }
             resident.push(Some(per_device));
@@ -484,7 +510,7 @@ impl<'c> MultiDevice<'c> {
             let mut mine = Vec::with_capacity(inputs.len());
             let user = self.specs.iter().filter(|s| !s.kind.is_weight());
             for (spec, (_, t)) in user.zip(inputs) {
-                let s = piece(&spec.name, t, d)?;
+                let s = piece.of(&spec.name, t, d)?;
                 mine.push(client.buffer_from_host(&s.bytes, crate::exec::element_type(s.dtype), &s.dims, Some(device))?);
             }
             uploaded.push(mine);
@@ -532,18 +558,16 @@ impl<'c> ShardedRunner<'c> {
         sharding: &MeshSharding,
     ) -> Result<Self, ExecError> {
         let n = device_count(sharding);
-        let piece = |name: &str, t: &HostTensor, d: usize| shard_for_device(sharding, name, t, d as i64);
-        let inner = MultiDevice::new(compiled, module, weights, n, &format!("the mesh has {n}"), &piece)?;
+        let inner = MultiDevice::new(compiled, module, weights, n, &format!("the mesh has {n}"), Piece::Shard(sharding))?;
         Ok(ShardedRunner { inner, sharding: sharding.clone() })
     }
 
     /// Runs with `inputs` (source label, whole tensor) for the user inputs in signature order.
     pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
         crate::exec::check_inputs(&self.inner.specs, inputs)?;
-        let piece = |name: &str, t: &HostTensor, d: usize| shard_for_device(&self.sharding, name, t, d as i64);
         let per_device = self
             .inner
-            .execute(inputs, &piece)?
+            .execute(inputs, Piece::Shard(&self.sharding))?
             .into_iter()
             .map(|o| self.inner.to_host(o))
             .collect::<Result<Vec<_>, _>>()?;
@@ -581,8 +605,7 @@ impl<'c> RankRunner<'c> {
         weights: &BTreeMap<String, tpuc_ir::TensorData>,
         ranks: i64,
     ) -> Result<Self, ExecError> {
-        let whole = |_: &str, t: &HostTensor, _: usize| Ok(t.clone());
-        let inner = MultiDevice::new(compiled, module, weights, ranks, &format!("the program has {ranks} ranks"), &whole)?;
+        let inner = MultiDevice::new(compiled, module, weights, ranks, &format!("the program has {ranks} ranks"), Piece::Whole)?;
         Ok(RankRunner { inner })
     }
 
@@ -606,16 +629,7 @@ impl<'c> RankRunner<'c> {
             }
         }
         // Rank r's input: row r of the stack.
-        let row = |_: &str, t: &HostTensor, r: usize| {
-            let mut start = vec![0i64; t.dims.len()];
-            start[0] = r as i64;
-            let mut size = t.dims.clone();
-            size[0] = 1;
-            let mut b = block(t, &start, &size);
-            b.dims.remove(0);
-            Ok(b)
-        };
-        let outputs = self.inner.execute(inputs, &row)?;
+        let outputs = self.inner.execute(inputs, Piece::Row)?;
         let mut stacked: Vec<HostTensor> = Vec::new();
         for per_rank in outputs {
             for (i, out) in self.inner.to_host(per_rank)?.into_iter().enumerate() {
