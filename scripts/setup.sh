@@ -2,7 +2,7 @@
 # Idempotent developer/CI setup for a fresh Debian 12 machine.
 #
 #  - apt: llvm-14-tools (FileCheck, not, count, split-file), python3 with venv,
-#    a C toolchain for cargo's linker. `apt-get update` only runs when
+#    a C toolchain for cargo's linker, g++ for libFuzzer. `apt-get update` only runs when
 #    something is missing; nothing touches apt when all is installed.
 #  - .venv: created with python3 if absent; `pip install -r requirements-dev.txt`
 #    only when .venv/.requirements.sha256 differs from the file's sha256.
@@ -42,6 +42,8 @@ if command -v dpkg-query >/dev/null 2>&1; then
     is_installed python3-venv || want+=(python3-venv)
   fi
   command -v cc >/dev/null 2>&1 || want+=(gcc libc6-dev)
+  # libFuzzer (the fuzz smoke run, scripts/fuzz.sh) is C++.
+  command -v c++ >/dev/null 2>&1 || want+=(g++)
   if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ] \
      && ! command -v rustup >/dev/null 2>&1 && ! command -v curl >/dev/null 2>&1; then
     want+=(curl ca-certificates)  # for rustup, below
