@@ -73,6 +73,19 @@ fn scan(s: &str, angles: bool, mut f: impl FnMut(usize, char, i32) -> bool) -> O
     None
 }
 
+/// The `mhlo.num_partitions` and `mhlo.num_replicas` a module declares in its header
+/// attributes (JAX writes them; a sharded module needs its partition count to compile).
+pub fn module_counts(text: &str) -> (Option<i64>, Option<i64>) {
+    let header = text.lines().find(|l| l.trim_start().starts_with("module")).unwrap_or("");
+    let count = |key: &str| {
+        let at = header.find(key)? + key.len();
+        let rest = header[at..].trim_start().strip_prefix('=')?.trim_start();
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    };
+    (count("mhlo.num_partitions"), count("mhlo.num_replicas"))
+}
+
 /// The index in `s` of the bracket closing one opened just before `s`.
 fn matching(s: &str) -> Option<usize> {
     scan(s, false, |_, c, depth| matches!(c, ')' | ']' | '}') && depth < 0)
@@ -201,6 +214,13 @@ mod tests {
         assert!(e.contains("argument 0"), "{e}");
         let e = main_signature("func.func public @main(%a: tensor<4xf4E2M1FN>) {").unwrap_err();
         assert!(e.contains("f4E2M1FN"), "{e}");
+    }
+
+    #[test]
+    fn reads_the_partition_and_replica_counts() {
+        let t = "module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 2 : i32} {\n}";
+        assert_eq!(module_counts(t), (Some(4), Some(2)));
+        assert_eq!(module_counts("module @m {\n}"), (None, None));
     }
 
     #[test]

@@ -11,6 +11,8 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # libtpu is installed for tpuc; JAX must not load it
 
 import jax  # noqa: E402
+
+jax.config.update("jax_num_cpu_devices", 4)  # for the sharded module below
 import jax.numpy as jnp  # noqa: E402
 from cli_check import TPUC  # noqa: E402
 
@@ -74,3 +76,24 @@ def test_jax_module_compiles_for_a_tpu_topology(tmp_path):
     summary = json.loads(p.stdout)
     assert summary["target"] == "tpu" and summary["topology"] == "v5e:2x2"
     assert summary["cost"]["flops"] > 0
+
+
+def test_a_sharded_jax_module_compiles_with_its_partitions(tmp_path):
+    """A module JAX shards over a 2x2 mesh declares mhlo.num_partitions = 4 and carries Shardy
+    shardings: compile uses its partition count (libtpu fails inside otherwise); run, which
+    feeds single-device modules, says so."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("x", None)))
+    w = jax.device_put(jnp.ones((16, 32)), NamedSharding(mesh, P(None, "y")))
+    mlir = tmp_path / "sharded.mlir"
+    mlir.write_text(jax.jit(lambda x, w: jnp.tanh(x @ w)).lower(x, w).as_text())
+    for target in (["--target", "cpu"], ["--target", "tpu", "--topology", "v5e:2x2"]):
+        p = subprocess.run([TPUC, "compile", str(mlir), *target, "--no-cache", "--json"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert json.loads(p.stdout)["partitions"] == 4
+    p = subprocess.run([TPUC, "compile", str(mlir), "--partitions", "2", "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 1 and "contradicts the module's mhlo.num_partitions = 4" in p.stderr
+    p = subprocess.run([TPUC, "run", str(mlir), "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 1 and "spans 4 devices" in p.stderr

@@ -708,7 +708,19 @@ fn read_mlir(path: &std::path::Path) -> Result<String, Failure> {
 /// StableHLO text from any producer (tpuc lower, JAX, torch_xla), compiled as given (through
 /// the cache unless --no-cache).
 fn compile_mlir(path: &std::path::Path, text: &str, target: &TargetArgs) -> Result<tpuc_driver::exec::Compiled, Failure> {
-    let req = target.request();
+    let mut req = target.request();
+    // A module that declares its partitions or replicas (a sharded JAX module) compiles with
+    // them; --partitions may repeat the count but not contradict it.
+    let (partitions, replicas) = tpuc_driver::signature::module_counts(text);
+    if let Some(n) = partitions.filter(|&n| n > 1) {
+        if target.partitions != 1 && target.partitions != n {
+            return Err(Failure::User(format!("--partitions {} contradicts the module's mhlo.num_partitions = {n}", target.partitions)));
+        }
+        req.partitions = n;
+    }
+    if let Some(n) = replicas.filter(|&n| n > 1) {
+        req.replicas = n;
+    }
     let label = path.display().to_string();
     let compiled = match target.cache.open() {
         None => tpuc_driver::exec::compile_stablehlo(text, &req),
@@ -847,6 +859,14 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         let text = read_mlir(&a.model)?;
         let sig = tpuc_driver::signature::main_signature(&text)
             .map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
+        let (partitions, replicas) = tpuc_driver::signature::module_counts(&text);
+        let p = partitions.unwrap_or(1).max(1) * replicas.unwrap_or(1).max(1);
+        if p > 1 {
+            return Err(Failure::User(format!(
+                "{}: the module spans {p} devices (mhlo.num_partitions / num_replicas); run takes single-device modules, compile takes this one",
+                a.model.display()
+            )));
+        }
         let compiled = compile_mlir(&a.model, &text, &a.target)?;
         tracing::info!("{}", compiled.summary.line());
         let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
