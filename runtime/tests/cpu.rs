@@ -307,3 +307,42 @@ fn borrowed_inputs_and_in_place_outputs_match_the_copying_path() {
         assert_eq!(f32s(&host[1]), expected.1);
     }
 }
+
+/// One program on every device at once: 4 replicas of an all-reduce, each device with its own
+/// argument, each getting the sum; a wrong number of argument lists is an error.
+#[test]
+fn execute_partitioned_runs_every_device() {
+    const SUM: &str = r#"module @sum attributes {mhlo.num_replicas = 4 : i32} {
+  func.func public @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = "stablehlo.all_reduce"(%arg0) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"#;
+    let client = plugin(Target::Cpu)
+        .create_client_with_options(&[tpuc_runtime::NamedValue::int("cpu_device_count", 4)])
+        .expect("client with 4 devices");
+    let options = CompileOptions { num_replicas: 4, ..CompileOptions::default() };
+    let exe = client.compile(&Program::mlir(SUM), &options).expect("compile 4 replicas");
+    assert_eq!(exe.devices().len(), 4);
+    let args: Vec<_> = exe
+        .devices()
+        .iter()
+        .enumerate()
+        .map(|(d, dev)| {
+            let v = [d as f32, 10.0 * d as f32];
+            client.buffer_from_host(&f32_bytes(&v), ElementType::F32, &[2], Some(dev)).unwrap()
+        })
+        .collect();
+    let lists: Vec<Vec<_>> = args.iter().map(|b| vec![b]).collect();
+    let outs = exe.execute_partitioned(&lists).expect("execute on 4 devices");
+    assert_eq!(outs.len(), 4);
+    for o in &outs {
+        assert_eq!(f32s(&o[0].to_host().unwrap()), vec![6.0, 60.0]);
+    }
+    let err = exe.execute_partitioned(&lists[..2]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+}
