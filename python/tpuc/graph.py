@@ -61,6 +61,33 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, g)
 
 
+# Per FX graph (and which placeholders are weights): its copy with constants lifted, the
+# constants, the argument count and the program JSON. The buckets of one graph compile the same
+# program, so it is serialized once (about 60 ms for a small GPT-2 on the development machine).
+_SERIALIZED: "weakref.WeakKeyDictionary[torch.fx.GraphModule, dict]" = weakref.WeakKeyDictionary()
+
+
+def _serialized(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
+    key = (frozenset(static), frozenset(buffers))
+    per_graph = _SERIALIZED.setdefault(gm, {})
+    if key in per_graph:
+        return per_graph[key]
+    copy = copy_graph_module(gm)
+    constants = lift_tensor_constants(copy)
+    placeholders = [n for n in copy.graph.nodes if n.op == "placeholder"]
+    n_args = len(placeholders) - len(constants)
+    kinds = []
+    for i, p in enumerate(placeholders):
+        if i >= n_args:
+            kinds.append("tensor_constant")
+        elif i in static and isinstance(p.meta.get("val"), torch.Tensor):
+            kinds.append("buffer" if i in buffers else "parameter")
+        else:
+            kinds.append("user_input")
+    per_graph[key] = (copy, constants, n_args, graph_to_json(copy, kinds))
+    return per_graph[key]
+
+
 class CompiledGraph:
     """`gm` compiled as one tpuc program. `static` lists the placeholders that are parameters or
     buffers (kept resident on the device), `buffers` those of them the graph mutates."""
@@ -75,24 +102,11 @@ class CompiledGraph:
 
         what = "bucket " + ",".join(f"{k}={v}" for k, v in sorted(bucket.items())) if bucket else "a new shape"
         check_no_recompile(opts, name, what)
-        gm = copy_graph_module(gm)
-        constants = lift_tensor_constants(gm)
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        n_args = len(placeholders) - len(constants)
-        kinds = []
-        for i, p in enumerate(placeholders):
-            if i >= n_args:
-                kinds.append("tensor_constant")
-            elif i in static and isinstance(p.meta.get("val"), torch.Tensor):
-                kinds.append("buffer" if i in buffers else "parameter")
-            else:
-                kinds.append("user_input")
+        t0 = time.perf_counter()
+        gm, constants, n_args, program_json = _serialized(gm, static, buffers)
+        t_ser = time.perf_counter() - t0
         self.num_args = n_args
         self.constants = {n_args + k: t for k, (_, t) in enumerate(constants)}
-
-        t0 = time.perf_counter()
-        program_json = graph_to_json(gm, kinds)
-        t_ser = time.perf_counter() - t0
         if opts.dump_dir:
             d = os.path.join(opts.dump_dir, name)
             os.makedirs(d, exist_ok=True)
@@ -113,9 +127,9 @@ class CompiledGraph:
         STATS[f"cache_{self.program.cache}"] += 1
         imp, passes, emit = self.program.lower_seconds
         log.debug(
-            "compiled %s (%d nodes, %d inputs of which %d resident) for %s in %.1f ms: serialize %.1f ms, "
+            "compiled %s (%d nodes, %d arguments of which %d resident) for %s in %.1f ms: serialize %.1f ms, "
             "import %.1f ms, passes %.1f ms, emit %.1f ms, XLA compile %.1f ms; cache=%s",
-            name, len(gm.graph.nodes), n_args, sum(k != "user_input" for k in kinds), opts.target,
+            name, len(gm.graph.nodes), len(self.program.args), len(self.program.args) - len(self.program.user_args), opts.target,
             (time.perf_counter() - t0) * 1e3, t_ser * 1e3, imp * 1e3, passes * 1e3, emit * 1e3,
             self.program.compile_seconds * 1e3, self.program.cache,
         )
