@@ -1,8 +1,15 @@
-//! SPMD programs over a device mesh: the mesh and argument shardings given on the command line
-//! (`--mesh x=2,y=2`, `--shard fc1.weight=y,_`), checked against the program, emitted as Shardy
-//! by the StableHLO emitter ([`MeshSharding`]), and on the host the per-device shards of each
-//! argument (device p holds the block at p's row-major position in the mesh). Results are
-//! emitted replicated, so every device returns them whole.
+//! Programs over several devices.
+//!
+//! - SPMD over a device mesh: the mesh and argument shardings given on the command line
+//!   (`--mesh x=2,y=2`, `--shard fc1.weight=y,_`) or chosen by a policy ([`ShardPolicy`]),
+//!   checked against the program, emitted as Shardy by the StableHLO emitter
+//!   ([`MeshSharding`]). On the host each device gets its block of every argument (device p
+//!   holds the block at p's row-major position in the mesh); a result comes back whole from
+//!   the first device when replicated, or joined from every device's block when split
+//!   ([`ShardedRunner`]).
+//! - Per-rank programs (PyTorch's functional collectives): one XLA replica per rank, process
+//!   groups resolved by [`Ranks`]; inputs and results carry all ranks' values stacked along a
+//!   new leading dim ([`RankRunner`]).
 
 use crate::exec::ExecError;
 use crate::tensor::HostTensor;
