@@ -35,9 +35,9 @@ pub fn main_signature(text: &str) -> Result<Signature, String> {
     let mut results = Vec::new();
     if let Some(r) = tail.strip_prefix("->") {
         let r = r.trim_start();
-        if r.starts_with('(') {
-            let c = matching(&r[1..]).ok_or("unbalanced parentheses in @main's results")?;
-            for (i, t) in split_top(&r[1..1 + c]).into_iter().enumerate() {
+        if let Some(inner) = r.strip_prefix('(') {
+            let c = matching(inner).ok_or("unbalanced parentheses in @main's results")?;
+            for (i, t) in split_top(&inner[..c]).into_iter().enumerate() {
                 results.push(tensor_prefix(t.trim()).map_err(|e| format!("result {i} of @main: {e}"))?.0);
             }
         } else {

@@ -103,7 +103,7 @@ fn signbit_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
     let inv = cx.bin(O::Div, one_v, x)?;
     let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;
     let negzero = cx.cmp(Direction::Eq, inv, ninf)?;
-    Ok(cx.bin(O::Or, neg, negzero)?)
+    cx.bin(O::Or, neg, negzero)
 }
 
 pub(super) fn signbit(cx: &mut Ctx) -> R<Vec<Val>> {
