@@ -147,13 +147,14 @@ struct PipelineArgs {
     /// Split an argument over mesh axes (repeatable; needs --mesh): NAME=AXES with one entry
     /// per dim, a mesh axis, axes joined by `+`, or `_` for a whole dim (e.g. fc1.weight=y,_).
     /// NAME as the program's arguments are named (`tpuc.name`: a parameter's qualified name or
-    /// an input's name). Other arguments and all results are replicated.
+    /// an input's name). Other arguments, and results, are replicated unless --shard-policy
+    /// splits them.
     #[arg(long, value_name = "NAME=AXES", requires = "mesh", value_parser = shard_arg)]
     shard: Vec<ShardArg>,
     /// Shard the arguments --shard does not name by a policy (needs --mesh): `dp` splits the
-    /// batch (dim 0) of user inputs over all axes, `fsdp` also each parameter's largest dim,
-    /// `tp` the matmul weights in Megatron column/row pairs over the last axis and the batch
-    /// over the others.
+    /// batch (dim 0) of user inputs over all axes, `fsdp` also each parameter's largest dim
+    /// (both keep results split by batch), `tp` the matmul weights in Megatron column/row pairs
+    /// over the last axis and the batch over the others.
     #[arg(long, value_name = "POLICY", requires = "mesh", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
     shard_policy: Option<tpuc_driver::spmd::ShardPolicy>,
     /// A per-rank program (PyTorch's functional collectives): run it as N ranks, one device
