@@ -404,7 +404,10 @@ class ShapeSpecialized:
         self.buckets: dict[tuple, Any] = {}
         self.picked: dict[tuple[str, int], int] = {}  # (symbol, size) -> bucket
         self.dispatch: dict[tuple, Any] = {}  # sizes seen -> their bucket's program
-        self.size_plan = _size_plan(gm) if backend.opts.buckets != "off" else None
+        # Buckets are compiled for single-device programs; under a mesh each shape is its own
+        # (static) SPMD program.
+        bucketed = backend.opts.buckets != "off" and not backend.opts.mesh
+        self.size_plan = _size_plan(gm) if bucketed else None
 
     def __call__(self, args):
         if self.size_plan is not None:

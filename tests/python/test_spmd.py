@@ -62,3 +62,16 @@ def test_option_errors():
     compiled = torch.compile(MLP(), backend="tpuc", options={"mesh": "x=0", "strict": True})
     with pytest.raises(Exception, match="mesh axis `x`: size `0` is not a positive integer"):
         compiled(torch.randn(8, 16))
+
+
+def test_changing_shapes_compile_per_shape_under_a_mesh():
+    """Buckets are single-device programs: under a mesh a new batch size is its own static SPMD
+    program (Dynamo's automatic dynamic graph is specialized per shape), still equal to eager."""
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = torch.compile(model, backend="tpuc", options={"mesh": "x=2", "shard_policy": "dp", "strict": True})
+    with torch.no_grad():
+        for batch in (8, 6, 4, 6):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert tpuc.stats()["specializations"] >= 2
