@@ -3,17 +3,139 @@
 //! be run without tpuc IR beside it: argument names and types, result types.
 //!
 //! Only the function header is read (no full MLIR parser): `func.func public @main(%a: T
-//! {attrs}, ...) -> (T {attrs}, ...)` or `-> T`. Names come from a `tpuc.name` argument
-//! attribute when present, else from the SSA name (`%arg0` → `arg0`). Dynamic dims (`?`),
-//! tuples and non-tensor types are refused with a message naming them.
+//! {attrs}, ...) -> (T {attrs}, ...)` or `-> T`, the module's `mhlo.num_partitions` /
+//! `num_replicas` and its first `sdy.mesh`. Names come from a `tpuc.name` argument attribute
+//! when present, else from the SSA name (`%arg0` → `arg0`); `sdy.sharding` attributes give
+//! each value's split. Dynamic dims (`?`), tuples and non-tensor types are refused with a
+//! message naming them.
 
 use tpuc_ir::{DType, TensorType};
 
-/// A function signature: (name, type) per argument, then the result types.
-#[derive(Clone, Debug, PartialEq)]
+/// A function signature: (name, type) per argument, then the result types; for a module
+/// sharded with Shardy, its mesh and each argument's and result's split (per dim, the mesh
+/// axes; `None` when the value carries no `sdy.sharding`).
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Signature {
     pub args: Vec<(String, TensorType)>,
     pub results: Vec<TensorType>,
+    pub mesh: Option<Vec<(String, i64)>>,
+    pub arg_shardings: Vec<Option<Vec<Vec<String>>>>,
+    pub result_shardings: Vec<Option<Vec<Vec<String>>>>,
+}
+
+impl Signature {
+    /// The module's shardings as the SPMD runner takes them, when it declares a mesh.
+    pub fn mesh_sharding(&self) -> Option<crate::spmd::MeshSharding> {
+        let axes = self.mesh.clone()?;
+        let args = self.args.iter().zip(&self.arg_shardings).filter_map(|((n, _), s)| Some((n.clone(), s.clone()?))).collect();
+        let results = self.result_shardings.iter().enumerate().filter_map(|(i, s)| Some((i, s.clone()?))).collect();
+        Some(crate::spmd::MeshSharding { axes, args, results })
+    }
+}
+
+/// `text` with every result of `main` that has no `sdy.sharding` marked replicated over mesh
+/// `@mesh_name`, so that the partitioner returns it whole on every device (instead of a block
+/// laid out as its propagation chose). `None` when nothing needed marking or the header cannot
+/// be read.
+pub fn with_replicated_results(text: &str, mesh_name: &str) -> Option<String> {
+    let start = ["func.func public @main(", "func.func @main("].iter().find_map(|h| text.find(h).map(|i| i + h.len()))?;
+    let args_end = start + matching(&text[start..])?;
+    let tail = &text[args_end + 1..];
+    let arrow = tail.find("->")?;
+    let after = tail[arrow + 2..].trim_start();
+    let base = text.len() - after.len();
+    let pieces: Vec<(usize, usize)> = if let Some(inner) = after.strip_prefix('(') {
+        let c = matching(inner)?;
+        let list = &inner[..c];
+        let list_at = base + 1;
+        split_top(list).iter().map(|p| (list_at + (p.as_ptr() as usize - list.as_ptr() as usize), p.len())).collect()
+    } else {
+        // A single result: its type and, when present, its attribute dictionary.
+        let (_, rest) = tensor_prefix(after).ok()?;
+        let ty_len = after.len() - rest.len();
+        let len = ty_len + single_result_attrs(rest).map_or(0, |a| rest.len() - rest.trim_start().len() + a.len());
+        vec![(base, len)]
+    };
+    let mut out = String::with_capacity(text.len() + 64 * pieces.len());
+    let mut at = 0;
+    let mut marked = false;
+    for (off, len) in pieces {
+        let piece = &text[off..off + len];
+        if piece.contains("sdy.sharding") {
+            continue;
+        }
+        let Ok((ty, _)) = tensor_prefix(piece.trim()) else { return None };
+        let dims = vec!["{}"; ty.rank()].join(", ");
+        let attr = format!("sdy.sharding = #sdy.sharding<@{mesh_name}, [{dims}]>");
+        match piece.find('{') {
+            // `tensor<...> {attrs}`: the attribute first in the dictionary.
+            Some(b) if piece[..b].contains('>') => {
+                out.push_str(&text[at..off + b + 1]);
+                out.push_str(&attr);
+                out.push_str(", ");
+                at = off + b + 1;
+            }
+            _ => {
+                let end = off + piece.trim_end().len();
+                out.push_str(&text[at..end]);
+                out.push_str(&format!(" {{{attr}}}"));
+                at = end;
+            }
+        }
+        marked = true;
+    }
+    out.push_str(&text[at..]);
+    marked.then_some(out)
+}
+
+/// The attribute dictionary of `main`'s single result, given what follows its type: a `{...}`
+/// that the body's own `{` follows (otherwise that first `{` is the body).
+fn single_result_attrs(after_type: &str) -> Option<&str> {
+    let t = after_type.trim_start();
+    let inner = t.strip_prefix('{')?;
+    let end = matching(inner)?;
+    inner[end + 1..].trim_start().starts_with('{').then(|| &t[..end + 2])
+}
+
+/// The name of the module's first `sdy.mesh`.
+pub fn sdy_mesh_name(text: &str) -> Option<&str> {
+    let at = text.find("sdy.mesh @")? + "sdy.mesh @".len();
+    let rest = &text[at..];
+    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+/// `sdy.mesh @mesh = <["x"=2, "y"=2]>`: the module's first mesh, if it is a plain one (no
+/// explicit device order).
+fn sdy_mesh(text: &str) -> Result<Option<Vec<(String, i64)>>, String> {
+    let Some(at) = text.find("sdy.mesh @") else { return Ok(None) };
+    let line = text[at..].lines().next().unwrap_or("");
+    let body = line.split_once("<[").and_then(|(_, r)| r.split_once(']')).map(|(b, _)| b).ok_or("unreadable sdy.mesh")?;
+    if line.contains("device_ids") {
+        return Err("an sdy.mesh with an explicit device order is not supported".into());
+    }
+    let mut axes = Vec::new();
+    for part in split_top(body) {
+        let (name, size) = part.split_once('=').ok_or_else(|| format!("unreadable mesh axis `{}`", part.trim()))?;
+        let size: i64 = size.trim().parse().map_err(|_| format!("unreadable mesh axis size `{}`", size.trim()))?;
+        axes.push((name.trim().trim_matches('"').to_string(), size));
+    }
+    Ok(Some(axes))
+}
+
+/// The split of `sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>` in an attribute dictionary:
+/// per dim, the axes named (open dims `?` and priorities ignored).
+fn sdy_sharding(attrs: &str) -> Option<Vec<Vec<String>>> {
+    let at = attrs.find("#sdy.sharding<")?;
+    let rest = &attrs[at..];
+    let list = rest.split_once('[')?.1;
+    let end = matching(list)?;
+    let mut dims = Vec::new();
+    for d in split_top(&list[..end]) {
+        let inner = d.trim().strip_prefix('{').and_then(|x| x.split_once('}')).map_or("", |(x, _)| x);
+        dims.push(inner.split(',').map(|a| a.trim()).filter(|a| a.starts_with('"')).map(|a| a.trim_matches('"').to_string()).collect());
+    }
+    Some(dims)
 }
 
 /// Reads the signature of the public function `main` of a StableHLO module.
@@ -24,27 +146,31 @@ pub fn main_signature(text: &str) -> Result<Signature, String> {
         .ok_or("no `func.func public @main(` in the module")?;
     let rest = &text[start..];
     let close = matching(rest).ok_or("unbalanced parentheses in @main's arguments")?;
-    let mut args = Vec::new();
+    let mut sig = Signature { mesh: sdy_mesh(text)?, ..Default::default() };
     for (i, a) in split_top(&rest[..close]).into_iter().enumerate() {
         let (ssa, after) = a.split_once(':').ok_or_else(|| format!("argument {i} of @main has no type: `{a}`"))?;
         let (ty, attrs) = tensor_prefix(after.trim()).map_err(|e| format!("argument {i} of @main: {e}"))?;
         let name = attr_string(attrs, "tpuc.name").unwrap_or_else(|| ssa.trim().trim_start_matches('%').to_string());
-        args.push((name, ty));
+        sig.arg_shardings.push(sdy_sharding(attrs));
+        sig.args.push((name, ty));
     }
     let tail = rest[close + 1..].trim_start();
-    let mut results = Vec::new();
     if let Some(r) = tail.strip_prefix("->") {
         let r = r.trim_start();
         if let Some(inner) = r.strip_prefix('(') {
             let c = matching(inner).ok_or("unbalanced parentheses in @main's results")?;
             for (i, t) in split_top(&inner[..c]).into_iter().enumerate() {
-                results.push(tensor_prefix(t.trim()).map_err(|e| format!("result {i} of @main: {e}"))?.0);
+                let (ty, attrs) = tensor_prefix(t.trim()).map_err(|e| format!("result {i} of @main: {e}"))?;
+                sig.result_shardings.push(sdy_sharding(attrs));
+                sig.results.push(ty);
             }
         } else {
-            results.push(tensor_prefix(r).map_err(|e| format!("the result of @main: {e}"))?.0);
+            let (ty, attrs) = tensor_prefix(r).map_err(|e| format!("the result of @main: {e}"))?;
+            sig.result_shardings.push(single_result_attrs(attrs).and_then(sdy_sharding));
+            sig.results.push(ty);
         }
     }
-    Ok(Signature { args, results })
+    Ok(sig)
 }
 
 /// Walks `s` outside string literals, calling `f(index, char, depth)` with the bracket depth
@@ -217,6 +343,39 @@ mod tests {
     }
 
     #[test]
+    fn reads_shardy_meshes_and_shardings() {
+        let text = r#"module @jit_f attributes {mhlo.num_partitions = 4 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=2]> {stablehlo.mesh = {axes = [{name = "x", size = 2 : i64}]}}
+  func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y", "x", ?}]>}, %arg2: tensor<f32>) -> (tensor<8x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, tensor<4xf32>) {"#;
+        let s = main_signature(text).unwrap();
+        assert_eq!(s.mesh, Some(vec![("x".to_string(), 2), ("y".to_string(), 2)]));
+        let v = |a: &[&[&str]]| Some(a.iter().map(|d| d.iter().map(|x| x.to_string()).collect()).collect::<Vec<Vec<String>>>());
+        assert_eq!(s.arg_shardings, vec![v(&[&["x"], &[]]), v(&[&[], &["y", "x"]]), None]);
+        assert_eq!(s.result_shardings, vec![v(&[&["x"], &[]]), None]);
+        let ms = s.mesh_sharding().unwrap();
+        assert_eq!((ms.args.len(), ms.results.len()), (2, 1));
+    }
+
+    #[test]
+    fn marks_unsharded_results_replicated() {
+        let text = "module {\n  sdy.mesh @m = <[\"x\"=2]>\n  func.func public @main(%arg0: tensor<8xf32>) -> (tensor<8xf32> {jax.result_info = \"r\"}, tensor<2x3xf32>, tensor<4xf32> {sdy.sharding = #sdy.sharding<@m, [{\"x\"}]>}) {\n  }\n}";
+        assert_eq!(sdy_mesh_name(text), Some("m"));
+        let out = with_replicated_results(text, "m").unwrap();
+        let s = main_signature(&out).unwrap();
+        let v = |a: &[&[&str]]| Some(a.iter().map(|d| d.iter().map(|x| x.to_string()).collect()).collect::<Vec<Vec<String>>>());
+        assert_eq!(s.result_shardings, vec![v(&[&[]]), v(&[&[], &[]]), v(&[&["x"]])]);
+        assert!(out.contains("jax.result_info = \"r\""));
+        let single = "func.func public @main(%a: tensor<4xf32>) -> tensor<4xcomplex<f32>> {\n  %0 = sdy.sharding_constraint\n}";
+        assert_eq!(main_signature(single).unwrap().result_shardings, vec![None]);
+        let out = with_replicated_results(single, "mesh").unwrap();
+        assert_eq!(main_signature(&out).unwrap().result_shardings, vec![v(&[&[]])]);
+        assert!(with_replicated_results(&out, "mesh").is_none());
+        let attrs = "func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {jax.result_info = \"\"} {\n}";
+        let out = with_replicated_results(attrs, "mesh").unwrap();
+        assert!(out.contains("-> tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>, jax.result_info"), "{out}");
+    }
+
+    #[test]
     fn reads_the_partition_and_replica_counts() {
         let t = "module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 2 : i32} {\n}";
         assert_eq!(module_counts(t), (Some(4), Some(2)));
@@ -226,6 +385,6 @@ mod tests {
     #[test]
     fn no_results_and_no_arguments() {
         let s = main_signature("func.func public @main() {").unwrap();
-        assert!(s.args.is_empty() && s.results.is_empty());
+        assert!(s.args.is_empty() && s.results.is_empty() && s.mesh.is_none());
     }
 }

@@ -484,11 +484,23 @@ impl<'c> MultiDevice<'c> {
         what: &str,
         piece: Piece<'_>,
     ) -> Result<Self, ExecError> {
+        let (specs, results) = (crate::exec::arg_specs(module), crate::exec::result_types(module));
+        Self::with_specs(compiled, specs, results, weights, devices, what, piece)
+    }
+
+    fn with_specs(
+        compiled: &'c crate::exec::Compiled,
+        specs: Vec<crate::exec::ArgSpec>,
+        results: Vec<tpuc_ir::TensorType>,
+        weights: &BTreeMap<String, tpuc_ir::TensorData>,
+        devices: i64,
+        what: &str,
+        piece: Piece<'_>,
+    ) -> Result<Self, ExecError> {
         let loaded = crate::exec::loaded_of(compiled)?;
         if loaded.devices().len() as i64 != devices {
             return Err(ExecError::Unsupported(format!("the executable runs on {} devices, {what}", loaded.devices().len())));
         }
-        let specs = crate::exec::arg_specs(module);
         let mut resident = Vec::with_capacity(specs.len());
         for spec in &specs {
             if !spec.kind.is_weight() {
@@ -504,7 +516,7 @@ impl<'c> MultiDevice<'c> {
             }
             resident.push(Some(per_device));
         }
-        Ok(MultiDevice { loaded, specs, resident, results: crate::exec::result_types(module) })
+        Ok(MultiDevice { loaded, specs, resident, results })
     }
 
     /// Uploads each device's piece of every user input and runs on all devices; returns each
@@ -569,6 +581,20 @@ impl<'c> ShardedRunner<'c> {
         Ok(ShardedRunner { inner, sharding: sharding.clone() })
     }
 
+    /// For a StableHLO module sharded by its producer (a JAX module with `sdy` shardings): every
+    /// argument a user input, in order.
+    pub fn from_signature(compiled: &'c crate::exec::Compiled, sig: &crate::signature::Signature, sharding: &MeshSharding) -> Result<Self, ExecError> {
+        let n = device_count(sharding);
+        let specs = sig
+            .args
+            .iter()
+            .map(|(name, ty)| crate::exec::ArgSpec { name: name.clone(), kind: tpuc_ir::ArgKind::UserInput, ty: ty.clone() })
+            .collect();
+        let no_weights = BTreeMap::new();
+        let inner = MultiDevice::with_specs(compiled, specs, sig.results.clone(), &no_weights, n, &format!("the mesh has {n}"), Piece::Shard(sharding))?;
+        Ok(ShardedRunner { inner, sharding: sharding.clone() })
+    }
+
     /// Runs with `inputs` (source label, whole tensor) for the user inputs in signature order.
     pub fn run(&self, inputs: &[(String, HostTensor)]) -> Result<Vec<HostTensor>, ExecError> {
         crate::exec::check_inputs(&self.inner.specs, inputs)?;
@@ -589,6 +615,15 @@ pub fn join_results(sh: &MeshSharding, types: &[tpuc_ir::TensorType], mut per_de
     for (i, ty) in types.iter().enumerate() {
         if !sh.results.contains_key(&i) {
             let first = per_device.first_mut().and_then(|d| d.get_mut(i)).ok_or_else(|| ExecError::BadInput("missing device output".into()))?;
+            // Without a sharding the partitioner may still split a result (a module from
+            // another producer): a piece that is not the whole value cannot be placed.
+            let whole = ty.static_dims().unwrap_or_default();
+            if first.dims != whole {
+                return Err(ExecError::Unsupported(format!(
+                    "result {i} came back split ({:?} of {whole:?} per device) without a sharding that says how; annotate the result",
+                    first.dims
+                )));
+            }
             out.push(std::mem::replace(first, HostTensor { dtype: ty.dtype, dims: Vec::new(), bytes: Vec::new() }));
             continue;
         }

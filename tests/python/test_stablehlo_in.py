@@ -78,22 +78,45 @@ def test_jax_module_compiles_for_a_tpu_topology(tmp_path):
     assert summary["cost"]["flops"] > 0
 
 
-def test_a_sharded_jax_module_compiles_with_its_partitions(tmp_path):
-    """A module JAX shards over a 2x2 mesh declares mhlo.num_partitions = 4 and carries Shardy
-    shardings: compile uses its partition count (libtpu fails inside otherwise); run, which
-    feeds single-device modules, says so."""
+def _sharded_module(tmp_path, out_shardings):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
-    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("x", None)))
-    w = jax.device_put(jnp.ones((16, 32)), NamedSharding(mesh, P(None, "y")))
+    r = np.random.default_rng(3)
+    xv, wv = r.standard_normal((8, 16)).astype(np.float32), r.standard_normal((16, 32)).astype(np.float32)
+    x = jax.device_put(xv, NamedSharding(mesh, P("x", None)))
+    w = jax.device_put(wv, NamedSharding(mesh, P(None, "y")))
+    outs = None if out_shardings is None else tuple(NamedSharding(mesh, p) for p in out_shardings)
+    f = jax.jit(lambda x, w: (jnp.tanh(x @ w), (x @ w).sum(0)), out_shardings=outs)
     mlir = tmp_path / "sharded.mlir"
-    mlir.write_text(jax.jit(lambda x, w: jnp.tanh(x @ w)).lower(x, w).as_text())
+    mlir.write_text(f.lower(x, w).as_text())
+    ins = [str(tmp_path / "x.npy"), str(tmp_path / "w.npy")]
+    np.save(ins[0], xv)
+    np.save(ins[1], wv)
+    want = []
+    for i, o in enumerate(f(x, w)):
+        want.append(str(tmp_path / f"want_{i}.npy"))
+        np.save(want[-1], np.asarray(o))
+    return str(mlir), ins, want
+
+
+@pytest.mark.parametrize("out_shardings", [None, (("x", "y"), ("y",))], ids=["results-unannotated", "results-sharded"])
+def test_a_sharded_jax_module_compiles_and_runs_over_its_mesh(tmp_path, out_shardings):
+    """A module JAX shards over a 2x2 mesh declares mhlo.num_partitions = 4 and carries Shardy
+    shardings: compile uses its partition count (libtpu fails inside otherwise), and run feeds
+    each device its block and returns JAX's results (unannotated results whole, sharded ones
+    joined)."""
+    from jax.sharding import PartitionSpec as P
+
+    outs = None if out_shardings is None else tuple(P(*s) for s in out_shardings)
+    mlir, ins, want = _sharded_module(tmp_path, outs)
     for target in (["--target", "cpu"], ["--target", "tpu", "--topology", "v5e:2x2"]):
-        p = subprocess.run([TPUC, "compile", str(mlir), *target, "--no-cache", "--json"], capture_output=True, text=True)
+        p = subprocess.run([TPUC, "compile", mlir, *target, "--no-cache", "--json"], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
         assert json.loads(p.stdout)["partitions"] == 4
-    p = subprocess.run([TPUC, "compile", str(mlir), "--partitions", "2", "--no-cache"], capture_output=True, text=True)
+    p = subprocess.run([TPUC, "compile", mlir, "--partitions", "2", "--no-cache"], capture_output=True, text=True)
     assert p.returncode == 1 and "contradicts the module's mhlo.num_partitions = 4" in p.stderr
-    p = subprocess.run([TPUC, "run", str(mlir), "--no-cache"], capture_output=True, text=True)
-    assert p.returncode == 1 and "spans 4 devices" in p.stderr
+    p = subprocess.run([TPUC, "run", mlir, "--inputs", *ins, "--expect", *want, "--rtol", "1e-5", "--atol", "1e-5",
+                        "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count(": ok") == 2

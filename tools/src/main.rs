@@ -862,11 +862,26 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
         let (partitions, replicas) = tpuc_driver::signature::module_counts(&text);
         let p = partitions.unwrap_or(1).max(1) * replicas.unwrap_or(1).max(1);
-        if p > 1 {
+        // A module sharded by its producer runs over its mesh; other multi-device modules (per
+        // replica, or partitioned without a Shardy mesh) are not fed by run.
+        let sharding = sig.mesh_sharding().filter(|sh| p > 1 && replicas.unwrap_or(1) <= 1 && tpuc_driver::spmd::device_count(sh) == p);
+        if p > 1 && sharding.is_none() {
             return Err(Failure::User(format!(
-                "{}: the module spans {p} devices (mhlo.num_partitions / num_replicas); run takes single-device modules, compile takes this one",
+                "{}: the module spans {p} devices (mhlo.num_partitions / num_replicas) without a Shardy mesh of that size; run takes single-device or sdy-sharded modules, compile takes this one",
                 a.model.display()
             )));
+        }
+        if let Some(sh) = &sharding {
+            // Results the producer left unannotated come back whole (replicated), as run returns
+            // them; the others are joined from their blocks.
+            let mesh = tpuc_driver::signature::sdy_mesh_name(&text).unwrap_or("mesh");
+            let text = tpuc_driver::signature::with_replicated_results(&text, mesh).unwrap_or(text.clone());
+            let sig = tpuc_driver::signature::main_signature(&text).map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
+            let sh = sig.mesh_sharding().unwrap_or_else(|| sh.clone());
+            let compiled = compile_mlir(&a.model, &text, &a.target)?;
+            let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, &sh).map_err(DriverError::from)?;
+            let outputs = runner.run(&inputs).map_err(DriverError::from)?;
+            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
         }
         let compiled = compile_mlir(&a.model, &text, &a.target)?;
         tracing::info!("{}", compiled.summary.line());
