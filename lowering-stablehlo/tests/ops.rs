@@ -6,13 +6,31 @@ mod common;
 use common::{compile_all, emit_text, ir_module, verify_all};
 use std::collections::BTreeSet;
 use tpuc_ir::Opcode;
-use tpuc_lowering_stablehlo::{EmitOptions, ErfLowering};
+use tpuc_lowering_stablehlo::{EmitOptions, ErfLowering, Ranks};
+
+/// Emitter options for the cases: one rank, so the collectives' groups are `[[0]]`.
+fn options(debug_locations: bool) -> EmitOptions {
+    EmitOptions { debug_locations, ranks: Some(Ranks { count: 1, ..Default::default() }), ..EmitOptions::default() }
+}
 
 /// (name, IR text) for every op and its interesting variants.
 fn cases() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
     let mut add =
         |name: &str, args: &str, body: &str| v.push((name.to_string(), ir_module(args, body)));
+
+    // ---- collectives of a per-rank program (emitted with one rank: groups of size 1)
+    add(
+        "collectives",
+        "%0: tensor<4x3xf32>, %1: tensor<4xi32>",
+        "%2 = all_reduce %0 {group = \"0\", kind = \"sum\", average = true} : tensor<4x3xf32>
+         %3 = all_reduce %1 {group = \"0\", kind = \"max\"} : tensor<4xi32>
+         %4 = all_gather %0 {dimension = 1, group = \"0\", group_size = 1} : tensor<4x3xf32>
+         %5 = reduce_scatter %0 {dimension = 0, group = \"0\", group_size = 1, kind = \"prod\"} : tensor<4x3xf32>
+         %6 = all_to_all %0 {dimension = 0, group = \"0\", group_size = 1} : tensor<4x3xf32>
+         %7 = collective_broadcast %1 {group = \"0\", source = 0} : tensor<4xi32>
+         return %2, %3, %4, %5, %6, %7",
+    );
 
     // ---- elementwise unary
     for op in [
@@ -424,14 +442,8 @@ fn with_locs(ir: &str) -> String {
 
 #[test]
 fn every_case_passes_the_stablehlo_verifier() {
-    let plain = EmitOptions {
-        debug_locations: false,
-        ..EmitOptions::default()
-    };
-    let located = EmitOptions {
-        debug_locations: true,
-        ..EmitOptions::default()
-    };
+    let plain = options(false);
+    let located = options(true);
     let mut emitted = Vec::new();
     for (n, ir) in cases() {
         emitted.push((n.clone(), emit_text(&ir, &plain)));
@@ -465,10 +477,7 @@ fn chlo_erf_option_passes_the_verifier() {
 
 #[test]
 fn every_case_compiles_on_xla_cpu() {
-    let opts = EmitOptions {
-        debug_locations: true,
-        ..EmitOptions::default()
-    };
+    let opts = options(true);
     let emitted: Vec<(String, String)> = cases()
         .into_iter()
         .map(|(n, ir)| (n, emit_text(&with_locs(&ir), &opts)))
