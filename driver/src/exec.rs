@@ -460,7 +460,11 @@ fn key_components_for(plugin: &rt::Plugin, key_program: &str, req: &CompileReque
         program: tpuc_cache::Digest::of(key_program.as_bytes()),
         compile_options: tpuc_cache::CompileOptions {
             canonical: options.to_proto_bytes(),
-            summary: format!("partitions={} replicas={}", req.partitions, req.replicas),
+            summary: if req.replicas > 1 {
+                format!("partitions={} replicas={}", req.partitions, req.replicas)
+            } else {
+                format!("partitions={}", req.partitions)
+            },
         },
         target: req.target.to_string(),
         topology: req.topology.clone().unwrap_or_default(),
