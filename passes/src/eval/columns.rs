@@ -169,15 +169,44 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
     (vals.len() == n).then_some(Col { dims, dtype, vals })
 }
 
-/// Result element at multi-index `idx` = `src[Σ idx[d] · src_stride[d]]`, in row-major order.
+/// Result element at multi-index `idx` = `src[Σ idx[d] · src_stride[d]]`, in row-major order:
+/// the innermost dim as one strided run, the source offset of the outer dims kept up to date
+/// incrementally.
 fn gather(dims: &[i64], src_stride: &[i64], src: &[f64]) -> Vec<f64> {
     let n: i64 = dims.iter().product();
-    let mut out = Vec::with_capacity(n as usize);
-    super::for_each_index(dims, |_, idx| {
-        let s: i64 = idx.iter().zip(src_stride).map(|(i, s)| i * s).sum();
-        out.push(src[s as usize]);
-    });
-    out
+    let mut out = Vec::with_capacity(n.max(0) as usize);
+    let Some(last) = dims.len().checked_sub(1) else {
+        out.extend(src.first().copied());
+        return out;
+    };
+    if n <= 0 {
+        return out;
+    }
+    let (run, step) = (dims[last], src_stride[last]);
+    let mut idx = vec![0i64; last];
+    let mut base = 0i64;
+    loop {
+        let mut o = base;
+        for _ in 0..run {
+            out.push(src[o as usize]);
+            o += step;
+        }
+        // The next index of the outer dims, row-major.
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            base += src_stride[d];
+            if idx[d] < dims[d] {
+                break;
+            }
+            base -= src_stride[d] * dims[d];
+            idx[d] = 0;
+        }
+    }
 }
 
 fn zip(x: &[f64], y: &[f64], f: impl Fn(f64, f64) -> Option<f64>) -> Option<Vec<f64>> {
@@ -247,6 +276,26 @@ mod tests {
         }
         let last = *pool.last().unwrap();
         (m, last)
+    }
+
+    #[test]
+    fn gather_walks_every_index_in_row_major_order() {
+        // A [2, 3, 4] transpose of a [4, 3, 2] source, a broadcast along a size-1 stride,
+        // a scalar and an empty result.
+        let src: Vec<f64> = (0..24).map(f64::from).collect();
+        let (dims, strides) = ([2i64, 3, 4], [1i64, 2, 6]);
+        let mut want = Vec::new();
+        for i in 0..2 {
+            for j in 0..3 {
+                for k in 0..4 {
+                    want.push(src[(i * strides[0] + j * strides[1] + k * strides[2]) as usize]);
+                }
+            }
+        }
+        assert_eq!(gather(&dims, &strides, &src), want);
+        assert_eq!(gather(&[2, 3], &[0, 1], &src[..3]), vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+        assert_eq!(gather(&[], &[], &[7.0]), vec![7.0]);
+        assert!(gather(&[2, 0, 3], &[0, 0, 1], &src).is_empty());
     }
 
     proptest! {
