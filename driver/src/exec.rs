@@ -27,6 +27,13 @@ pub struct CompileRequest {
     pub plugin: Option<PathBuf>,
 }
 
+impl CompileRequest {
+    /// The devices the program runs on: partitions times replicas.
+    pub fn devices(&self) -> i64 {
+        self.partitions.max(1) * self.replicas.max(1)
+    }
+}
+
 impl Default for CompileRequest {
     fn default() -> Self {
         CompileRequest { target: Target::Cpu, topology: None, partitions: 1, replicas: 1, plugin: None }
@@ -213,7 +220,7 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
                 return Err(ExecError::BadInput("--topology applies to --target tpu only".into()));
             }
             // The CPU plugin has 4 devices unless asked for another count.
-            let devices = req.partitions.max(1) * req.replicas.max(1);
+            let devices = req.devices();
             let client = if devices > 1 {
                 plugin.create_client_with_options(&[rt::NamedValue::int("cpu_device_count", devices)])?
             } else {
@@ -227,7 +234,7 @@ fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<CompileTarget, E
                 ExecError::BadInput("--target tpu needs --topology (e.g. v5e:2x2, v6e:2x2, v5p:2x2x1)".into())
             })?;
             let topology = plugin.create_topology(name, &rt::tpu_topology_options())?;
-            let wanted = req.partitions.max(1) * req.replicas.max(1);
+            let wanted = req.devices();
             if let Ok(chips) = topology.devices().map(|d| d.len() as i64) {
                 if wanted > chips {
                     return Err(ExecError::BadInput(format!(

@@ -143,9 +143,6 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         shard_policy: options.shard_policy,
         ..Default::default()
     };
-    if options.sharding.is_some() && options.bucket.is_some() {
-        return Err(ExecError::Unsupported("a mesh with symbolic dims (buckets) is not supported yet".into()).into());
-    }
     let (mut lowered, size_args, result_layouts) = match &options.bucket {
         Some(bucket) => {
             let b = crate::lower_bucket(&imported.module, &imported.weights, bucket, &lower_options, Emit::StableHlo)?;
@@ -182,11 +179,10 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         write(dir, "module.tpuc", tpuc_ir::print_module(module).as_bytes())?;
         write(dir, "module.stablehlo.mlir", stablehlo.as_bytes())?;
     }
-    let devices = lowered.sharding.as_ref().map_or(1, crate::spmd::device_count);
     let request = CompileRequest {
         target: options.target,
         topology: options.topology.clone(),
-        partitions: devices,
+        partitions: lowered.sharding.as_ref().map_or(1, crate::spmd::device_count),
         replicas: 1,
         plugin: options.plugin.clone(),
     };
@@ -202,7 +198,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     let mut compiled = compiled;
     if options.target == Target::Cpu && compiled.loaded.is_some() {
         // Run on the process's shared synchronous CPU client (see `run_client`).
-        let client = run_client(&compiled, devices)?;
+        let client = run_client(&compiled, request.devices())?;
         compiled.loaded = Some(client.deserialize(&compiled.serialized).map_err(ExecError::from)?);
     }
     let device = match &compiled.loaded {
@@ -212,11 +208,11 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         None => None,
     };
     let user_args = args.iter().enumerate().filter(|(_, a)| !a.kind.is_weight()).map(|(i, _)| i).collect();
+    let resident: Vec<Option<std::sync::Arc<rt::Buffer>>> = args.iter().map(|_| None).collect();
     Ok(Program {
         name: options.name.clone(),
         inputs,
         outputs,
-        resident: args.iter().map(|_| None).collect(),
         args,
         results,
         stablehlo: lowered.stablehlo.unwrap_or_default(),
@@ -228,8 +224,9 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         user_args,
         size_args,
         result_layouts,
+        resident_shards: if lowered.sharding.is_some() { resident.iter().map(|_| None).collect() } else { Vec::new() },
+        resident,
         sharding: lowered.sharding,
-        resident_shards: Vec::new(),
     })
 }
 
@@ -295,13 +292,7 @@ impl Program {
             return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
         }
         if let Some(sh) = &self.sharding {
-            let shards = self.upload_shards(sh, arg, bytes)?;
-            if self.resident_shards.len() != self.args.len() {
-                self.resident_shards = self.args.iter().map(|_| None).collect();
-            }
-            self.resident_shards[arg] = Some(shards);
-            // Marks the weight as set for `has_weight` and `run`'s check.
-            self.resident[arg] = None;
+            self.resident_shards[arg] = Some(self.upload_shards(sh, arg, bytes)?);
             return Ok(());
         }
         let buffer = self.upload(arg, bytes)?;
@@ -472,19 +463,7 @@ impl Program {
                 uploaded[d].push(b);
             }
         }
-        let args: Vec<Vec<&rt::Buffer>> = uploaded
-            .iter()
-            .enumerate()
-            .map(|(d, mine)| {
-                let mut next = mine.iter();
-                (0..self.args.len())
-                    .map(|i| match self.resident_shards.get(i).and_then(Option::as_ref) {
-                        Some(shards) => &shards[d],
-                        None => next.next().expect("one upload per user input"),
-                    })
-                    .collect()
-            })
-            .collect();
+        let args = crate::spmd::device_argument_lists(&self.resident_shards, &uploaded);
         times.upload = t1.elapsed();
         let t2 = Instant::now();
         let mut outputs = loaded.execute_partitioned(&args)?;
@@ -495,18 +474,10 @@ impl Program {
             let first = if outputs.is_empty() { Vec::new() } else { outputs.swap_remove(0) };
             rt::Buffer::into_host_all(first)?
         } else {
-            let mut per_device = Vec::with_capacity(outputs.len());
-            for o in outputs {
-                let dims = o.iter().map(|b| b.shape().map(|s| s.dims)).collect::<Result<Vec<_>, _>>()?;
-                let host = rt::Buffer::into_host_all(o)?;
-                per_device.push(
-                    host.into_iter()
-                        .zip(dims)
-                        .zip(&self.results)
-                        .map(|((h, dims), ty)| crate::tensor::HostTensor { dtype: ty.dtype, dims, bytes: h.into_vec() })
-                        .collect(),
-                );
-            }
+            let per_device = outputs
+                .into_iter()
+                .map(|o| crate::spmd::outputs_to_host(o, &self.results))
+                .collect::<Result<Vec<_>, _>>()?;
             crate::spmd::join_results(sh, &self.results, per_device)?.into_iter().map(|t| rt::HostArray::from(t.bytes)).collect()
         };
         times.download = t3.elapsed();

@@ -81,6 +81,11 @@ pub fn device_count(sh: &MeshSharding) -> i64 {
     sh.axes.iter().map(|(_, s)| s).product()
 }
 
+/// The size of mesh axis `name`, if the mesh has it.
+fn axis_size(axes: &[(String, i64)], name: &str) -> Option<i64> {
+    axes.iter().find(|(n, _)| n == name).map(|(_, s)| *s)
+}
+
 /// Checks `sh` against `main`'s arguments and results: every name an argument, every index a
 /// result, one entry per dim, known axes each used once per value, static dims that divide
 /// evenly.
@@ -111,7 +116,7 @@ fn check_value(sh: &MeshSharding, what: &str, value: &str, ty: &tpuc_ir::TensorT
     for (d, axes) in dims.iter().enumerate() {
         let mut parts = 1;
         for a in axes {
-            let Some((_, size)) = sh.axes.iter().find(|(n, _)| n == a) else {
+            let Some(size) = axis_size(&sh.axes, a) else {
                 let known: Vec<&str> = sh.axes.iter().map(|(n, _)| n.as_str()).collect();
                 return Err(format!("{what}: unknown mesh axis `{a}` (the mesh has {})", known.join(", ")));
             };
@@ -164,7 +169,7 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
     let Some(func) = module.main_func() else { return };
     let entry = module.entry_block(func);
     let all: Vec<String> = sh.axes.iter().map(|(n, _)| n.clone()).collect();
-    let size_of = |axes: &[String]| -> i64 { axes.iter().map(|a| sh.axes.iter().find(|(n, _)| n == a).map_or(1, |(_, s)| *s)).product() };
+    let size_of = |axes: &[String]| -> i64 { axes.iter().map(|a| axis_size(&sh.axes, a).unwrap_or(1)).product() };
     let (batch_axes, tp_axis): (Vec<String>, Option<String>) = match policy {
         ShardPolicy::Tp if all.len() > 1 => (all[..all.len() - 1].to_vec(), all.last().cloned()),
         ShardPolicy::Tp => (Vec::new(), all.last().cloned()),
@@ -193,12 +198,12 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
         }
     }
     if let Some(axis) = tp_axis {
-        for (name, dim) in megatron_pairs(module) {
-            let ty = &module.values[args[func.args.iter().position(|a| a.name == name).unwrap_or(0)]].ty;
+        for (i, dim) in megatron_pairs(module) {
+            let ty = &module.values[args[i]].ty;
             if ty.dims[dim].as_static().is_some_and(|n| n % size_of(std::slice::from_ref(&axis)) == 0) {
                 let mut spec = vec![Vec::new(); ty.rank()];
                 spec[dim] = vec![axis.clone()];
-                chosen.insert(name, spec);
+                chosen.insert(func.args[i].name.clone(), spec);
             }
         }
     }
@@ -218,12 +223,13 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
     }
 }
 
-/// The 2-D weights of main's matmuls and the dim of each to split for tensor parallelism:
+/// The 2-D weights of main's matmuls (as argument indices) and the dim of each to split for
+/// tensor parallelism:
 /// walking the program in order, a value is "split" when it derives from a column-parallel
 /// matmul's output; a matmul reading a split activation is row parallel (its weight split
 /// along the contracted dim, its output whole again), any other is column parallel (the
 /// weight split along its output dim).
-fn megatron_pairs(module: &Module) -> Vec<(String, usize)> {
+fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
     use tpuc_ir::{ArgKind, Opcode};
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
@@ -269,9 +275,8 @@ fn megatron_pairs(module: &Module) -> Vec<(String, usize)> {
                 let contracted = if transposed { 1 - c as usize } else { c as usize };
                 let row = split.contains(&act);
                 let dim = if row { contracted } else { 1 - contracted };
-                let name = func.args[i].name.clone();
-                if seen.insert(name.clone()) {
-                    out.push((name, dim));
+                if seen.insert(i) {
+                    out.push((i, dim));
                 }
                 if !row {
                     split.extend(d.results.iter().copied());
@@ -306,12 +311,10 @@ pub fn shard_for_device<'t>(sh: &MeshSharding, name: &str, t: &'t HostTensor, p:
     Ok(Cow::Owned(block(t, &start, &size)))
 }
 
-/// A result of an SPMD run from every device's piece: the whole tensor, each device's block
-/// put at its place (devices that hold the same block agree; the first is taken).
-pub fn assemble(sh: &MeshSharding, index: usize, whole_dims: &[i64], pieces: &[HostTensor]) -> Result<HostTensor, ExecError> {
-    let Some(dims) = sh.results.get(&index) else {
-        return pieces.first().cloned().ok_or_else(|| ExecError::BadInput("no device output".into()));
-    };
+/// Result `index` of an SPMD run, split by `dims`, from every device's piece: the whole
+/// tensor, each device's block put at its place (devices that hold the same block agree; the
+/// first is taken).
+pub fn assemble(sh: &MeshSharding, index: usize, dims: &[Vec<String>], whole_dims: &[i64], pieces: &[HostTensor]) -> Result<HostTensor, ExecError> {
     let first = pieces.first().ok_or_else(|| ExecError::BadInput("no device output".into()))?;
     let e = first.dtype.size_bytes();
     let mut out = HostTensor {
@@ -343,7 +346,7 @@ fn block_of(sh: &MeshSharding, what: &str, dims: &[Vec<String>], shape: &[i64], 
     for (d, axes) in dims.iter().enumerate() {
         let (mut parts, mut index) = (1i64, 0i64);
         for a in axes {
-            let n = sh.axes.iter().find(|(x, _)| x == a).map_or(1, |(_, s)| *s);
+            let n = axis_size(&sh.axes, a).unwrap_or(1);
             index = index * n + c.get(a.as_str()).copied().unwrap_or(0);
             parts *= n;
         }
@@ -420,11 +423,11 @@ mod tests {
             sh.results.insert(0, dims);
             let t = iota(&[4, 6]);
             let pieces: Vec<HostTensor> = (0..6).map(|p| shard_for_device(&sh, "r", &t, p).unwrap().into_owned()).collect();
-            assert_eq!(assemble(&sh, 0, &t.dims, &pieces).unwrap(), t);
+            assert_eq!(assemble(&sh, 0, &sh.results[&0], &t.dims, &pieces).unwrap(), t);
         }
         // A piece of the wrong shape is an error, not a silent mix-up.
         let bad = vec![iota(&[1, 1]); 6];
-        assert!(assemble(&sh, 0, &[4, 6], &bad).unwrap_err().to_string().contains("device 0 returned"));
+        assert!(assemble(&sh, 0, &sh.results[&0], &[4, 6], &bad).unwrap_err().to_string().contains("device 0 returned"));
     }
 
     #[test]
@@ -534,31 +537,45 @@ impl<'c> MultiDevice<'c> {
             }
             uploaded.push(mine);
         }
-        let args: Vec<Vec<&tpuc_runtime::Buffer>> = (0..devices.len())
-            .map(|d| {
-                let mut next = uploaded[d].iter();
-                self.resident
-                    .iter()
-                    .map(|slot| match slot {
-                        Some(per_device) => &per_device[d],
-                        None => next.next().expect("one upload per user input"),
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(self.loaded.execute_partitioned(&args)?)
+        Ok(self.loaded.execute_partitioned(&device_argument_lists(&self.resident, &uploaded))?)
     }
 
-    /// A device's outputs on the host, with the buffers' own (per-device) dims.
     fn to_host(&self, outputs: Vec<tpuc_runtime::Buffer>) -> Result<Vec<HostTensor>, ExecError> {
-        let dims = outputs.iter().map(|b| b.shape().map(|s| s.dims)).collect::<Result<Vec<_>, _>>()?;
-        Ok(tpuc_runtime::Buffer::into_host_all(outputs)?
-            .into_iter()
-            .zip(&self.results)
-            .zip(dims)
-            .map(|((bytes, ty), dims)| HostTensor { dtype: ty.dtype, dims, bytes: bytes.into_vec() })
-            .collect())
+        outputs_to_host(outputs, &self.results)
     }
+}
+
+/// Each device's arguments of one execute, in order: the resident weights' buffers on that
+/// device in their slots, the device's freshly uploaded user inputs, in order, in the others.
+pub(crate) fn device_argument_lists<'a>(
+    resident: &'a [Option<Vec<tpuc_runtime::Buffer>>],
+    uploaded: &'a [Vec<tpuc_runtime::Buffer>],
+) -> Vec<Vec<&'a tpuc_runtime::Buffer>> {
+    uploaded
+        .iter()
+        .enumerate()
+        .map(|(d, mine)| {
+            let mut next = mine.iter();
+            resident
+                .iter()
+                .map(|slot| match slot {
+                    Some(per_device) => &per_device[d],
+                    None => next.next().expect("one upload per user input"),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One device's outputs on the host, with the buffers' own (per-device) dims.
+pub(crate) fn outputs_to_host(outputs: Vec<tpuc_runtime::Buffer>, results: &[tpuc_ir::TensorType]) -> Result<Vec<HostTensor>, ExecError> {
+    let dims = outputs.iter().map(|b| b.shape().map(|s| s.dims)).collect::<Result<Vec<_>, _>>()?;
+    Ok(tpuc_runtime::Buffer::into_host_all(outputs)?
+        .into_iter()
+        .zip(results)
+        .zip(dims)
+        .map(|((bytes, ty), dims)| HostTensor { dtype: ty.dtype, dims, bytes: bytes.into_vec() })
+        .collect())
 }
 
 /// Runs an SPMD executable on the devices of its mesh: the weights' shards uploaded once per
@@ -610,25 +627,31 @@ impl<'c> ShardedRunner<'c> {
 
 /// The whole results of an SPMD run from each device's outputs (`per_device[d][i]`: device
 /// d's piece of result i): replicated results from the first device, split ones joined.
-pub fn join_results(sh: &MeshSharding, types: &[tpuc_ir::TensorType], mut per_device: Vec<Vec<HostTensor>>) -> Result<Vec<HostTensor>, ExecError> {
+pub fn join_results(sh: &MeshSharding, types: &[tpuc_ir::TensorType], per_device: Vec<Vec<HostTensor>>) -> Result<Vec<HostTensor>, ExecError> {
+    // Per result, its piece from every device.
+    let mut pieces: Vec<Vec<HostTensor>> = types.iter().map(|_| Vec::with_capacity(per_device.len())).collect();
+    for outs in per_device {
+        for (column, t) in pieces.iter_mut().zip(outs) {
+            column.push(t);
+        }
+    }
     let mut out = Vec::with_capacity(types.len());
-    for (i, ty) in types.iter().enumerate() {
-        if !sh.results.contains_key(&i) {
-            let first = per_device.first_mut().and_then(|d| d.get_mut(i)).ok_or_else(|| ExecError::BadInput("missing device output".into()))?;
-            // Without a sharding the partitioner may still split a result (a module from
-            // another producer): a piece that is not the whole value cannot be placed.
-            let whole = ty.static_dims().unwrap_or_default();
-            if first.dims != whole {
-                return Err(ExecError::Unsupported(format!(
-                    "result {i} came back split ({:?} of {whole:?} per device) without a sharding that says how; annotate the result",
-                    first.dims
-                )));
-            }
-            out.push(std::mem::replace(first, HostTensor { dtype: ty.dtype, dims: Vec::new(), bytes: Vec::new() }));
+    for (i, (ty, column)) in types.iter().zip(pieces).enumerate() {
+        let whole = ty.static_dims().unwrap_or_default();
+        if let Some(dims) = sh.results.get(&i) {
+            out.push(assemble(sh, i, dims, &whole, &column)?);
             continue;
         }
-        let pieces: Vec<HostTensor> = per_device.iter_mut().map(|d| std::mem::replace(&mut d[i], HostTensor { dtype: ty.dtype, dims: Vec::new(), bytes: Vec::new() })).collect();
-        out.push(assemble(sh, i, &ty.static_dims().unwrap_or_default(), &pieces)?);
+        let first = column.into_iter().next().ok_or_else(|| ExecError::BadInput("missing device output".into()))?;
+        // Without a sharding the partitioner may still split a result (a module from another
+        // producer): a piece that is not the whole value cannot be placed.
+        if first.dims != whole {
+            return Err(ExecError::Unsupported(format!(
+                "result {i} came back split ({:?} of {whole:?} per device) without a sharding that says how; annotate the result",
+                first.dims
+            )));
+        }
+        out.push(first);
     }
     Ok(out)
 }

@@ -8,7 +8,7 @@
 
 use crate::emitter::{Emitter, Ty, V};
 use crate::literal::Lit;
-use crate::reduce::{combiner, enum_attr};
+use crate::reduce::enum_attr;
 use crate::EmitError;
 use std::fmt::Write;
 use tpuc_ir::{Attrs, Opcode, ReduceKind};
@@ -47,26 +47,10 @@ impl Emitter<'_> {
         let _ = write!(self.out, "]> : tensor<{}x{width}xi64>", groups.len());
     }
 
-    pub fn collective(&mut self, opcode: Opcode, x: V, tx: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
-        let group = a.str("group").unwrap_or("0");
-        let size = a.int("group_size");
-        let groups = self.replica_groups(group, size)?;
-        let body = match opcode {
-            Opcode::AllReduce | Opcode::ReduceScatter => {
-                let kind: ReduceKind = enum_attr(a, "kind");
-                let op = combiner(kind, tx.dt)
-                    .ok_or_else(|| self.unsupported(format!("collective reduction `{kind}` on {}", tx.dt.name())))?
-                    .0;
-                Some(op)
-            }
-            _ => None,
-        };
-        let name = match opcode {
-            Opcode::AllReduce => "all_reduce",
-            Opcode::AllGather => "all_gather",
-            Opcode::ReduceScatter => "reduce_scatter",
-            _ => "all_to_all",
-        };
+    /// Writes `"stablehlo.<name>"(%x) ({reducer}) {<attrs>replica_groups = ...} : (tx) -> rt`,
+    /// the reducer (a region combining two scalars with `body`) when given; returns the result.
+    #[allow(clippy::too_many_arguments)]
+    fn collective_op(&mut self, name: &str, x: V, tx: &Ty, body: Option<&str>, attrs: &str, groups: &[Vec<i64>], rt: &Ty) -> V {
         let r = self.def();
         let _ = write!(self.out, "\"stablehlo.{name}\"(");
         self.val(x);
@@ -80,26 +64,35 @@ impl Emitter<'_> {
             self.s(" ");
         }
         self.s("{");
-        let dim = a.int("dimension").unwrap_or(0);
-        match opcode {
-            Opcode::AllGather => {
-                let _ = write!(self.out, "all_gather_dim = {dim} : i64, ");
-            }
-            Opcode::ReduceScatter => {
-                let _ = write!(self.out, "scatter_dimension = {dim} : i64, ");
-            }
-            Opcode::AllToAll => {
-                let n = size.unwrap_or(1);
-                let _ = write!(self.out, "split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, ");
-            }
-            _ => {}
-        }
-        self.write_replica_groups(&groups);
+        self.s(attrs);
+        self.write_replica_groups(groups);
         self.s("} : (");
         self.ty(tx);
         self.s(") -> ");
         self.ty(rt);
         self.end();
+        r
+    }
+
+    /// `all_reduce`, `all_gather`, `reduce_scatter` and `all_to_all` (IR and StableHLO share
+    /// the names); an `average` divides the reduction by the group's size.
+    pub fn collective(&mut self, opcode: Opcode, x: V, tx: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
+        let group = a.str("group").unwrap_or("0");
+        let size = a.int("group_size");
+        let groups = self.replica_groups(group, size)?;
+        let dim = a.int("dimension").unwrap_or(0);
+        let (body, attrs) = match opcode {
+            Opcode::AllReduce => (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), String::new()),
+            Opcode::ReduceScatter => {
+                (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), format!("scatter_dimension = {dim} : i64, "))
+            }
+            Opcode::AllGather => (None, format!("all_gather_dim = {dim} : i64, ")),
+            _ => {
+                let n = size.unwrap_or(1);
+                (None, format!("split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, "))
+            }
+        };
+        let r = self.collective_op(opcode.info().name, x, tx, body, &attrs, &groups, rt);
         if a.bool("average") != Some(true) {
             return Ok(r);
         }
@@ -127,26 +120,12 @@ impl Emitter<'_> {
         all[0] = n;
         let tn = Ty::new(tx.dt, &all);
         let x1 = self.reshape(x, tx, &t1);
-        let g = self.def();
-        self.s("\"stablehlo.all_gather\"(");
-        self.val(x1);
-        self.s(") {all_gather_dim = 0 : i64, ");
-        self.write_replica_groups(&groups);
-        self.s("} : (");
-        self.ty(&t1);
-        self.s(") -> ");
-        self.ty(&tn);
-        self.end();
-        let row = self.def();
-        self.s("stablehlo.slice ");
-        self.val(g);
-        let _ = write!(self.out, " [{}:{}", src, src + 1);
-        for d in &tx.dims {
-            let _ = write!(self.out, ", 0:{d}");
-        }
-        self.s("] : ");
-        self.fn_ty(&[&tn], &t1);
-        self.end();
+        let g = self.collective_op("all_gather", x1, &t1, None, "all_gather_dim = 0 : i64, ", &groups, &tn);
+        let mut start = vec![0; all.len()];
+        start[0] = src;
+        let mut limit = all.clone();
+        limit[0] = src + 1;
+        let row = self.slice(g, &tn, &start, &limit, &vec![1; all.len()], &t1);
         Ok(self.reshape(row, &t1, tx))
     }
 }

@@ -191,7 +191,7 @@ impl Emitter<'_> {
             )],
             Reshape => smallvec![self.reshape(xs[0], &ts[0], &rt)],
             Transpose => smallvec![self.transpose(xs[0], &ts[0], ints(a, "permutation"), &rt)],
-            Slice => smallvec![self.slice(xs[0], &ts[0], a, &rt)],
+            Slice => smallvec![self.slice_op(xs[0], &ts[0], a, &rt)],
             Concatenate => smallvec![self.concatenate(&xs, &ts, int(a, "dimension"), &rt)],
             Pad => smallvec![self.pad(xs[0], xs[1], &ts[0], a, &rt)],
             Reverse => {
@@ -282,13 +282,12 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    fn slice_op(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
+        self.slice(x, ty, ints(a, "start_indices"), ints(a, "limit_indices"), ints(a, "strides"), rt)
+    }
+
     /// `stablehlo.slice %x [0:1, 0:3:2]`
-    fn slice(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
-        let (st, li, sd) = (
-            ints(a, "start_indices"),
-            ints(a, "limit_indices"),
-            ints(a, "strides"),
-        );
+    pub(crate) fn slice(&mut self, x: V, ty: &Ty, st: &[i64], li: &[i64], sd: &[i64], rt: &Ty) -> V {
         let r = self.def();
         self.s("stablehlo.slice ");
         self.val(x);

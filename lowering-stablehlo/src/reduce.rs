@@ -45,7 +45,7 @@ fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
 }
 
 impl Emitter<'_> {
-    fn combiner_or_err(&self, kind: ReduceKind, dt: DType) -> Result<(&'static str, Lit), EmitError> {
+    pub(crate) fn combiner_or_err(&self, kind: ReduceKind, dt: DType) -> Result<(&'static str, Lit), EmitError> {
         combiner(kind, dt)
             .ok_or_else(|| self.unsupported(format!("reduction `{kind}` on {}", dt.name())))
     }

@@ -660,9 +660,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 let imported = tpuc_driver::import(&a.model)?;
                 if !imported.module.symbols.is_empty() {
-                    if a.pipeline.mesh.is_some() || a.pipeline.ranks.is_some() {
-                        return Err(Failure::User("--mesh or --ranks with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
-                    }
                     return compile_buckets(&a, imported);
                 }
                 let options = a.pipeline.options(a.inline_weights, a.target.target)?;
@@ -858,32 +855,31 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
     let mut times = Vec::new();
     if is_mlir(&a.model) {
         let text = read_mlir(&a.model)?;
+        let (partitions, replicas) = tpuc_driver::signature::module_counts(&text);
+        let devices = partitions.unwrap_or(1).max(1) * replicas.unwrap_or(1).max(1);
+        // An sdy-sharded module runs over its mesh. Results the producer left unannotated are
+        // marked replicated first, so they come back whole; the others are joined from blocks.
+        let text = match tpuc_driver::signature::sdy_mesh_name(&text) {
+            Some(mesh) if devices > 1 => tpuc_driver::signature::with_replicated_results(&text, mesh).unwrap_or(text),
+            _ => text,
+        };
         let sig = tpuc_driver::signature::main_signature(&text)
             .map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
-        let (partitions, replicas) = tpuc_driver::signature::module_counts(&text);
-        let p = partitions.unwrap_or(1).max(1) * replicas.unwrap_or(1).max(1);
-        // A module sharded by its producer runs over its mesh; other multi-device modules (per
-        // replica, or partitioned without a Shardy mesh) are not fed by run.
-        let sharding = sig.mesh_sharding().filter(|sh| p > 1 && replicas.unwrap_or(1) <= 1 && tpuc_driver::spmd::device_count(sh) == p);
-        if p > 1 && sharding.is_none() {
+        // Other multi-device modules (per replica, or partitioned without a Shardy mesh) are not
+        // fed by run.
+        let sharding = sig.mesh_sharding().filter(|sh| devices > 1 && replicas.unwrap_or(1) <= 1 && tpuc_driver::spmd::device_count(sh) == devices);
+        if devices > 1 && sharding.is_none() {
             return Err(Failure::User(format!(
-                "{}: the module spans {p} devices (mhlo.num_partitions / num_replicas) without a Shardy mesh of that size; run takes single-device or sdy-sharded modules, compile takes this one",
+                "{}: the module spans {devices} devices (mhlo.num_partitions / num_replicas) without a Shardy mesh of that size; run takes single-device or sdy-sharded modules, compile takes this one",
                 a.model.display()
             )));
         }
+        let compiled = compile_mlir(&a.model, &text, &a.target)?;
         if let Some(sh) = &sharding {
-            // Results the producer left unannotated come back whole (replicated), as run returns
-            // them; the others are joined from their blocks.
-            let mesh = tpuc_driver::signature::sdy_mesh_name(&text).unwrap_or("mesh");
-            let text = tpuc_driver::signature::with_replicated_results(&text, mesh).unwrap_or(text.clone());
-            let sig = tpuc_driver::signature::main_signature(&text).map_err(|e| Failure::User(format!("{}: {e}", a.model.display())))?;
-            let sh = sig.mesh_sharding().unwrap_or_else(|| sh.clone());
-            let compiled = compile_mlir(&a.model, &text, &a.target)?;
-            let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, &sh).map_err(DriverError::from)?;
+            let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
             return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
         }
-        let compiled = compile_mlir(&a.model, &text, &a.target)?;
         tracing::info!("{}", compiled.summary.line());
         let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
         let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
@@ -932,9 +928,6 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         }
         (outputs, None, compiled.summary.cache)
     } else {
-        if options.sharding.is_some() || options.ranks.is_some() {
-            return Err(Failure::User("--mesh or --ranks with symbolic dims (buckets) is not supported yet; export with static shapes".into()));
-        }
         let plan = a.buckets.plan_for(&imported.module)?;
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
         let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;

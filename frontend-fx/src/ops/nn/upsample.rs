@@ -20,13 +20,8 @@ fn upsample_sizes(cx: &Ctx, x: ValueId, nsp: usize) -> R<UpsampleSizes> {
         Some(a) => return err(format!("scale_factors must be floats, got a {}", a.kind())),
         None => None,
     };
-    let names = match nsp {
-        1 => vec!["scales"],
-        2 => vec!["scales_h", "scales_w"],
-        _ => vec!["scales_d", "scales_h", "scales_w"],
-    };
     let mut scales: Vec<Option<f64>> = Vec::new();
-    for n in &names {
+    for n in scale_names(nsp) {
         scales.push(cx.opt_float(n)?);
     }
     let outs = match (out_sizes, &scale_factors) {
@@ -55,6 +50,15 @@ fn upsample_sizes(cx: &Ctx, x: ValueId, nsp: usize) -> R<UpsampleSizes> {
         table_size(&[o, n], "interpolation table")?;
     }
     Ok((ins, outs, scales))
+}
+
+/// The argument names of the per-dim scales of an upsample over `nsp` dims.
+fn scale_names(nsp: usize) -> &'static [&'static str] {
+    match nsp {
+        1 => &["scales"],
+        2 => &["scales_h", "scales_w"],
+        _ => &["scales_d", "scales_h", "scales_w"],
+    }
 }
 
 fn spatial_rank(cx: &Ctx) -> usize {
@@ -264,11 +268,7 @@ pub(super) fn upsample_interp_backward(cx: &mut Ctx) -> R<Vec<Val>> {
             return err(format!("upsample backward: grad {} does not have output_size {os:?}", cx.ty(g)));
         }
     }
-    let names: &[&str] = match nsp {
-        1 => &["scales"],
-        2 => &["scales_h", "scales_w"],
-        _ => &["scales_d", "scales_h", "scales_w"],
-    };
+    let names = scale_names(nsp);
     let gdt = cx.dtype(g);
     if !gdt.is_float() {
         return err("upsample backward needs a floating-point gradient");
