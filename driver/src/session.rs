@@ -54,6 +54,9 @@ pub struct SessionOptions {
     pub sharding: Option<crate::spmd::MeshSharding>,
     /// Shardings chosen by a policy for the arguments `sharding` does not name.
     pub shard_policy: Option<crate::spmd::ShardPolicy>,
+    /// A per-rank program (PyTorch's functional collectives): its ranks, one device each, and
+    /// the rank groups of the process groups it names. Run with [`Program::run_ranks`].
+    pub ranks: Option<crate::spmd::Ranks>,
 }
 
 impl Default for SessionOptions {
@@ -72,6 +75,7 @@ impl Default for SessionOptions {
             no_fusion: false,
             sharding: None,
             shard_policy: None,
+            ranks: None,
         }
     }
 }
@@ -117,6 +121,8 @@ pub struct Program {
     pub sharding: Option<crate::spmd::MeshSharding>,
     /// SPMD programs: per argument, a weight's shard on every device.
     resident_shards: Vec<Option<Vec<rt::Buffer>>>,
+    /// Per-rank programs: the number of ranks (every argument is given per rank, per call).
+    pub ranks: Option<i64>,
 }
 
 /// Imports, lowers and compiles a serialized program.
@@ -141,6 +147,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         no_fusion: options.no_fusion,
         sharding: options.sharding.clone(),
         shard_policy: options.shard_policy,
+        ranks: options.ranks.clone(),
         ..Default::default()
     };
     let (mut lowered, size_args, result_layouts) = match &options.bucket {
@@ -183,7 +190,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         target: options.target,
         topology: options.topology.clone(),
         partitions: lowered.sharding.as_ref().map_or(1, crate::spmd::device_count),
-        replicas: 1,
+        replicas: lowered.ranks.as_ref().map_or(1, |r| r.count),
         plugin: options.plugin.clone(),
     };
     // The key hashes the text just emitted (emitted without locations, as keys need).
@@ -227,6 +234,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         resident_shards: if lowered.sharding.is_some() { resident.iter().map(|_| None).collect() } else { Vec::new() },
         resident,
         sharding: lowered.sharding,
+        ranks: lowered.ranks.map(|r| r.count),
     })
 }
 
@@ -325,8 +333,9 @@ impl Program {
         let (Some(mine), Some(theirs)) = (self.args.get(arg), other.args.get(other_arg)) else {
             return Err(ExecError::BadInput(format!("{}: no argument {arg}", self.name)));
         };
-        // SPMD programs keep their own shards.
-        if !mine.kind.is_weight() || mine.ty != theirs.ty || self.sharding.is_some() || other.sharding.is_some() {
+        // SPMD programs keep their own shards; per-rank programs take every argument per call.
+        let own = |p: &Program| p.sharding.is_some() || p.ranks.is_some();
+        if !mine.kind.is_weight() || mine.ty != theirs.ty || own(self) || own(other) {
             return Ok(false);
         }
         match other.resident.get(other_arg) {
@@ -421,6 +430,12 @@ impl Program {
                 )));
             }
         }
+        if let Some(n) = self.ranks {
+            return Err(ExecError::BadInput(format!(
+                "{}: a per-rank program runs all its {n} ranks at once (run_ranks)",
+                self.name
+            )));
+        }
         let (loaded, _) = self.runnable()?;
         times.check = t0.elapsed();
         if let Some(sh) = &self.sharding {
@@ -447,6 +462,40 @@ impl Program {
 }
 
 impl Program {
+    /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of
+    /// `main` (weights included: ranks hold different shards of them), dense row-major bytes
+    /// in argument order. Rank r runs on device r. Returns each rank's results.
+    pub fn run_ranks(&self, per_rank: &[Vec<&[u8]>]) -> Result<Vec<Vec<HostArray>>, ExecError> {
+        let Some(n) = self.ranks else {
+            return Err(ExecError::BadInput(format!("{}: not a per-rank program (compiled without ranks)", self.name)));
+        };
+        let (loaded, _) = self.runnable()?;
+        if per_rank.len() as i64 != n {
+            return Err(ExecError::BadInput(format!("{}: the program has {n} ranks, got inputs for {}", self.name, per_rank.len())));
+        }
+        let mut uploaded: Vec<Vec<rt::Buffer>> = Vec::with_capacity(per_rank.len());
+        for (r, (inputs, device)) in per_rank.iter().zip(loaded.devices()).enumerate() {
+            if inputs.len() != self.args.len() {
+                return Err(ExecError::BadInput(format!(
+                    "{}: rank {r}: the program takes {} argument(s), got {}",
+                    self.name,
+                    self.args.len(),
+                    inputs.len()
+                )));
+            }
+            let mut mine = Vec::with_capacity(inputs.len());
+            for (arg, bytes) in inputs.iter().enumerate() {
+                let (dims, element_type) = self.check_arg(arg, bytes)?;
+                mine.push(loaded.client().buffer_from_host(bytes, element_type, &dims, Some(device))?);
+            }
+            uploaded.push(mine);
+        }
+        let args: Vec<Vec<&rt::Buffer>> = uploaded.iter().map(|u| u.iter().collect()).collect();
+        let outputs = loaded.execute_partitioned(&args)?;
+        drop(args);
+        outputs.into_iter().map(|o| Ok(rt::Buffer::into_host_all(o)?)).collect()
+    }
+
     /// An SPMD run: every device's shard of each input uploaded, all devices run, the
     /// (replicated) results read from the first.
     fn run_sharded(

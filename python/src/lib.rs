@@ -184,7 +184,7 @@ fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAn
 impl Program {
     /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
     #[staticmethod]
-    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true, mesh=None, shard_policy=None, shard=None))]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true, mesh=None, shard_policy=None, shard=None, ranks=None, groups=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         py: Python<'_>,
@@ -203,6 +203,8 @@ impl Program {
         mesh: Option<&str>,
         shard_policy: Option<&str>,
         shard: Option<std::collections::BTreeMap<String, String>>,
+        ranks: Option<i64>,
+        groups: Option<std::collections::BTreeMap<String, Vec<Vec<i64>>>>,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
             let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
@@ -232,7 +234,23 @@ impl Program {
                     opt_err(format!("shard_policy {p:?}: expected one of {}", tpuc_driver::spmd::ShardPolicy::NAMES.join(", ")))
                 })?),
             };
+            let ranks = match ranks {
+                None if groups.is_some() => return Err(opt_err("`groups` needs `ranks`".into())),
+                None => None,
+                Some(n) if n < 1 => return Err(opt_err(format!("ranks {n}: expected a positive count"))),
+                Some(_) if sharding.is_some() => return Err(opt_err("`ranks` and `mesh` exclude each other".into())),
+                Some(count) => {
+                    let mut named = std::collections::BTreeMap::new();
+                    for (name, members) in groups.unwrap_or_default() {
+                        let text = members.iter().map(|g| g.iter().map(i64::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join("|");
+                        let (name, members) = tpuc_driver::spmd::parse_group(&format!("{name}={text}"), count).map_err(|e| opt_err(format!("groups: {e}")))?;
+                        named.insert(name, members);
+                    }
+                    Some(tpuc_driver::spmd::Ranks { count, groups: named })
+                }
+            };
             let options = SessionOptions {
+                ranks,
                 sharding,
                 shard_policy,
                 target,
@@ -436,6 +454,49 @@ impl Program {
             self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             Ok(out)
         })
+    }
+
+    /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of `main`
+    /// in order, as DLPack capsules of contiguous host tensors. Returns each rank's results.
+    fn run_ranks(&self, py: Python<'_>, per_rank: Vec<Vec<Bound<'_, PyAny>>>) -> PyResult<Vec<Vec<HostBuffer>>> {
+        guard(py, "Program.run_ranks", || {
+            let owners = per_rank
+                .iter()
+                .enumerate()
+                .map(|(r, inputs)| {
+                    inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}"))))
+                        .collect::<PyResult<Vec<_>>>()
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let mut bytes: Vec<Vec<&[u8]>> = Vec::with_capacity(owners.len());
+            for (r, mine) in owners.iter().enumerate() {
+                let mut row = Vec::with_capacity(mine.len());
+                for (k, owner) in mine.iter().enumerate() {
+                    let view = owner.host_view().map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}")))?;
+                    self.check_view(py, k, &view)?;
+                    row.push(view.bytes);
+                }
+                bytes.push(row);
+            }
+            let inner = &self.inner;
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run_ranks(&bytes))));
+            drop(owners);
+            let outputs = match result {
+                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            Ok(outputs.into_iter().map(|o| o.into_iter().map(|data| HostBuffer { data }).collect()).collect())
+        })
+    }
+
+    /// The number of ranks of a per-rank program (None otherwise).
+    #[getter]
+    fn ranks(&self) -> Option<i64> {
+        self.inner.ranks
     }
 
     /// Counters since compile: calls, and total nanoseconds in run, upload, execute, download.

@@ -3,6 +3,7 @@
     model = torch.compile(model, backend="tpuc")            # no `import tpuc` needed
     model = torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": "dump"})
     with tpuc.precision("highest"): ...                      # one region's matmul precision
+    outs = tpuc.run_ranks(compiled, [args_rank0, args_rank1])  # functional collectives, N devices
 
 See `tpuc.options` for the options and their `TPUC_*` environment variables.
 """
@@ -11,6 +12,7 @@ from ._torch_version import SUPPORTED_TORCH, check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
 from .options import Options
 from .precision import precision
+from .ranks import run_ranks
 from .stats import cache_stats, reset_stats, stats, warmup
 
 __version__ = "0.1.0"
@@ -37,6 +39,7 @@ __all__ = [
     "TpucUnsupportedError",
     "check_torch_version",
     "precision",
+    "run_ranks",
     "cache_stats",
     "reset_stats",
     "stats",

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
 from .options import Options
@@ -240,7 +241,17 @@ class _Backend:
                 buffers = {i for i, info in enumerate(meta.input_info) if info.mutates_data} & static
         name = f"{self.name}_{kind}"
         checks = _lift_error_checks(gm)
-        if _is_symbolic(gm):
+        collectives = _has_collectives(gm)
+        if collectives or _ranks.active() is not None:
+            if _is_symbolic(gm):
+                raise TpucError(f"tpuc: {name}: per-rank programs (functional collectives, run_ranks) are compiled for "
+                                "static shapes: use torch.compile(..., dynamic=False)", kind="ranks", graph=name)
+            meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+            if kind == "backward" or (meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info)):
+                raise TpucError(f"tpuc: {name}: per-rank programs run forward graphs without input mutation "
+                                "(no training step, no in-place update of an argument or buffer) yet", kind="ranks", graph=name)
+            inner = RankedGraph(self, gm, name, static, buffers, collectives)
+        elif _is_symbolic(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
             inner = self.build(gm, name, static, buffers)
@@ -383,6 +394,52 @@ def _unsupported_message(gm, names: set[str], graph: str, strict: bool, parts: i
                 f"and the rest of the graph in {parts} compiled part(s) (strict=True / TPUC_STRICT=1 "
                 "raises instead):")
     return head + "\n" + "\n".join(lines)
+
+
+def _has_collectives(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and str(getattr(n.target, "namespace", "")) == "_c10d_functional"
+               for n in gm.graph.nodes)
+
+
+class RankedGraph:
+    """A graph of a per-rank program (see `ranks.py`): compiled when first called, for the rank
+    count and process groups of the `run_ranks` call, as one executable over that many devices.
+    A graph without collectives also runs on one device outside `run_ranks`."""
+
+    def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
+                 collectives: bool):
+        self._boxed_call = True  # an instance attribute: see CompiledGraph
+        self.backend, self.gm, self.name, self.static, self.buffers = backend, gm, name, static, buffers
+        self.collectives = collectives
+        self.by_ranks: dict[tuple, Any] = {}
+        self.single = None
+
+    def __call__(self, args):
+        from .graph import CompiledGraph
+
+        batch = _ranks.active()
+        if batch is None:
+            if self.collectives:
+                raise TpucError(f"tpuc: {self.name}: a graph with functional collectives runs as several ranks: call it "
+                                "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks",
+                                graph=self.name)
+            if self.single is None:
+                self.single = self.backend.build(self.gm, self.name, self.static, self.buffers)
+            return self.single(args)
+        groups = _ranks.resolve_groups(self.gm, batch, self.name)
+        key = (batch.ranks, tuple(sorted((k, tuple(map(tuple, v))) for k, v in groups.items())))
+        fn = self.by_ranks.get(key)
+        if fn is None:
+            opts = self.backend.opts
+            if opts.mesh:
+                raise TpucError(f"tpuc: {self.name}: the mesh option and run_ranks exclude each other", kind="ranks",
+                                graph=self.name)
+            fn = self.by_ranks[key] = CompiledGraph(self.gm, f"{self.name}_r{batch.ranks}", self.static, self.buffers,
+                                                    opts, ranks=batch.ranks, groups=groups)
+            if not fn.can_run:
+                raise TpucError(f"tpuc: {self.name}: compiled for {opts.target}, which this host cannot run",
+                                kind="ranks", graph=self.name)
+        return fn(args)
 
 
 class ShapeSpecialized:

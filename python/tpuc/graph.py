@@ -23,6 +23,7 @@ import torch.fx
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
+from . import ranks as _ranks
 from .errors import TpucError
 from .options import Options
 from .serialize import graph_to_json, lift_tensor_constants
@@ -93,7 +94,8 @@ class CompiledGraph:
     buffers (kept resident on the device), `buffers` those of them the graph mutates."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 opts: Options, bucket: dict[str, int] | None = None):
+                 opts: Options, bucket: dict[str, int] | None = None, ranks: int | None = None,
+                 groups: dict[str, list[list[int]]] | None = None):
         # aot_autograd calls `f(args)` when f has `_boxed_call`; an instance attribute, because
         # the backward's `disable()` wrapper copies the instance's __dict__, not class attributes.
         self._boxed_call = True
@@ -119,7 +121,11 @@ class CompiledGraph:
             dump_dir=opts.dump_dir, verify_each=opts.verify_each, bucket=bucket,
             precision=opts.matmul_precision(), bf16=opts.bf16, allow_excess_precision=opts.allow_excess_precision,
             fusion=opts.fusion, mesh=opts.mesh, shard_policy=opts.shard_policy, shard=dict(opts.shard) or None,
+            ranks=ranks, groups=groups,
         )
+        # Per-rank programs (see `ranks.py`): every argument is given per rank, per call.
+        self.ranks = ranks
+        self.static = static
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket
         self._cuts: dict[tuple, list] = {}
@@ -150,6 +156,7 @@ class CompiledGraph:
             if akind == "symint" and bucket is None:
                 raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
+        self.arg_to_ph = arg_to_ph
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
         self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
         # User arguments: a placeholder, or (bucketed) the real size of a symbol.
@@ -207,6 +214,8 @@ class CompiledGraph:
 
     def __call__(self, args, sizes: dict[str, int] | None = None):
         t0 = time.perf_counter_ns()
+        if self.ranks is not None or getattr(_ranks._ACTIVE, "batch", None) is not None:
+            return self._call_ranks(args)
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
             t = args[ph] if ph < self.num_args else consts[ph]
@@ -234,6 +243,41 @@ class CompiledGraph:
             cuts = self._cuts.get(key)
             if cuts is None:
                 cuts = self._cuts[key] = [_cut_plan(c, r[1]) for c, r in zip(self.program.result_cuts(sizes), self.program.results)]
+        outs = self._outputs(bufs, sizes, cuts)
+        self.calls += 1
+        self.call_ns += time.perf_counter_ns() - t0
+        return outs
+
+    def _call_ranks(self, args):
+        """A per-rank program's call inside `tpuc.run_ranks`: every argument's value on each
+        rank, all ranks run at once; returns rank 0's results (the batch keeps the others)."""
+        batch = _ranks.active()
+        if batch is None:
+            raise TpucError(f"tpuc: {self.name}: a program over {self.ranks} ranks (functional collectives) runs "
+                            "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks", graph=self.name)
+        if self.ranks != batch.ranks:
+            was = "for one device" if self.ranks is None else f"for {self.ranks} ranks"
+            raise TpucError(f"tpuc: {self.name}: compiled {was}, called by run_ranks with {batch.ranks} ranks; "
+                            "use a fresh torch.compile (or torch._dynamo.reset())", kind="ranks", graph=self.name)
+        per_rank: list[list] = [[] for _ in range(batch.ranks)]
+        for ai, (aname, *_rest) in enumerate(self.program.args):
+            ph = self.arg_to_ph[ai]
+            t = args[ph] if ph < self.num_args else self.constants[ph]
+            replicated = ph >= self.num_args or ph in self.static
+            for r, v in enumerate(batch.per_rank(t, f"{self.name}: argument `{aname}`", replicated)):
+                v = v.detach()
+                if not (v.is_cpu and v.is_contiguous()):
+                    v = v.cpu().contiguous()
+                per_rank[r].append(to_dlpack(_resolved(v)))
+        results = [self._outputs(bufs, None, None) for bufs in self.program.run_ranks(per_rank)]
+        for k, out in enumerate(results[0]):
+            if isinstance(out, torch.Tensor):
+                batch.add(out, [res[k] for res in results])
+        self.calls += 1
+        return results[0]
+
+    def _outputs(self, bufs, sizes, cuts) -> list:
+        """The graph's outputs from one run's result buffers."""
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -253,8 +297,6 @@ class CompiledGraph:
             elif stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
-        self.calls += 1
-        self.call_ns += time.perf_counter_ns() - t0
         return outs
 
 

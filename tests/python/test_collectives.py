@@ -129,3 +129,139 @@ def test_unsupported_reduce_op_names_the_node(tmp_path):
     xs = np.ones((R, 2), np.int32)
     with pytest.raises(AssertionError, match="reduce op `bxor` on i32 is not supported"):
         run_ranks(tmp_path, Xor(), [xs], [xs])
+
+
+# ---- the same programs through torch.compile: tpuc.run_ranks runs the ranks on 4 CPU devices
+
+
+def _stacked(outs):
+    """run_ranks' per-rank results as NumPy arrays stacked along a new leading dim."""
+    if isinstance(outs[0], torch.Tensor):
+        return [np.stack([o.numpy() for o in outs])]
+    return [np.stack([o[i].numpy() for o in outs]) for i in range(len(outs[0]))]
+
+
+def test_every_collective_through_torch_compile_equals_the_emulation():
+    import tpuc
+
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    xs = np.random.default_rng(3).standard_normal((R, 4, 3)).astype(np.float32)
+    f = torch.compile(Collectives(), backend="tpuc", fullgraph=True)
+    got = _stacked(tpuc.run_ranks(f, [torch.from_numpy(xs[r]) for r in range(R)]))
+    want = emulate_collectives(xs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"result {i}")
+    # One program over 4 devices; a second call compiles nothing.
+    tpuc.run_ranks(f, [torch.from_numpy(xs[r]) for r in range(R)])
+    assert tpuc.stats()["compiles"] == 1
+
+
+class ShardedMLP(torch.nn.Module):
+    """A Megatron MLP module: on each rank fc1 holds a column shard, fc2 a row shard."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d, h)
+        self.fc2 = torch.nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        return fc.all_reduce(self.fc2(torch.relu(self.fc1(x))), "sum", dist.group.WORLD)
+
+
+def test_tensor_parallel_module_through_torch_compile_equals_eager_on_one_device():
+    import tpuc
+    from torch.func import functional_call
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    d, h = 16, 64
+    whole = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, d, bias=False)).eval()
+    x = torch.randn(6, d)
+    with torch.no_grad():
+        want = whole(x)
+    k = h // R
+    shard = lambda r: {  # noqa: E731 - rank r's parameters of ShardedMLP
+        "fc1.weight": whole[0].weight[k * r:k * (r + 1)].detach().clone(),
+        "fc1.bias": whole[0].bias[k * r:k * (r + 1)].detach().clone(),
+        "fc2.weight": whole[2].weight[:, k * r:k * (r + 1)].detach().contiguous(),
+    }
+    model = ShardedMLP(d, h).eval()
+    f = torch.compile(lambda params, x: functional_call(model, params, (x,)), backend="tpuc", fullgraph=True)
+    with torch.no_grad():
+        outs = tpuc.run_ranks(f, [(shard(r), x) for r in range(R)])
+    for r, o in enumerate(outs):
+        torch.testing.assert_close(o, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"rank {r}: {m}")
+
+
+def test_device_mesh_groups_through_torch_compile():
+    import tpuc
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch._dynamo.reset()
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+
+    def f(x):
+        # dp groups are ranks {0, 2} and {1, 3}; tp groups {0, 1} and {2, 3}.
+        return fc.all_reduce(x, "sum", mesh.get_group("dp")), fc.all_gather_tensor(x, 0, mesh.get_group("tp"))
+
+    xs = [torch.full((2,), float(r + 1)) for r in range(R)]
+    outs = tpuc.run_ranks(torch.compile(f, backend="tpuc", fullgraph=True), xs)
+    dp = {0: 4.0, 1: 6.0, 2: 4.0, 3: 6.0}
+    tp = {0: [1, 1, 2, 2], 1: [1, 1, 2, 2], 2: [3, 3, 4, 4], 3: [3, 3, 4, 4]}
+    for r, (a, b) in enumerate(outs):
+        assert a.tolist() == [dp[r]] * 2, (r, a)
+        assert b.tolist() == [float(v) for v in tp[r]], (r, b)
+    # The same groups given explicitly; groups that do not cover the ranks are refused.
+    torch._dynamo.reset()
+    dp_name = mesh.get_group("dp").group_name
+    outs = tpuc.run_ranks(torch.compile(f, backend="tpuc", fullgraph=True), xs, groups={dp_name: [[0, 2], [1, 3]]})
+    assert [o[0][0].item() for o in outs] == [4.0, 6.0, 4.0, 6.0]
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="must cover every rank"):
+        tpuc.run_ranks(torch.compile(f, backend="tpuc", fullgraph=True), xs, groups={dp_name: [[0, 2]]})
+
+
+def test_run_ranks_errors():
+    import tpuc
+
+    torch._dynamo.reset()
+
+    def f(x):
+        return fc.all_reduce(x, "sum", dist.group.WORLD)
+
+    g = torch.compile(f, backend="tpuc", fullgraph=True)
+    xs = [torch.ones(3) * r for r in range(R)]
+    assert [o.tolist() for o in tpuc.run_ranks(g, xs)] == [[6.0] * 3] * R
+    # Called directly, a graph with collectives says how to run it.
+    with pytest.raises(Exception, match="through tpuc.run_ranks"):
+        g(xs[0])
+    # Every rank runs the same program.
+    with pytest.raises(ValueError, match="rank 2's argument leaf 0 is \\(4,\\) torch.float32, rank 0's is \\(3,\\)"):
+        tpuc.run_ranks(g, [xs[0], xs[1], torch.ones(4), xs[3]])
+    with pytest.raises(ValueError, match="got the arguments of 2 ranks, but the process group has 4"):
+        tpuc.run_ranks(g, xs[:2])
+
+    # Two graphs: the second reads the first's per-rank results.
+    def two_graphs(x):
+        y = fc.all_reduce(x, "sum", dist.group.WORLD)
+        torch._dynamo.graph_break()
+        return fc.all_reduce(y * 2 + x, "sum", dist.group.WORLD)
+
+    torch._dynamo.reset()
+    assert [o.tolist() for o in tpuc.run_ranks(torch.compile(two_graphs, backend="tpuc"), xs)] == [[54.0] * 3] * R
+
+    # Eager code between two graphs has no per-rank values: refused, not computed on rank 0's.
+    @torch._dynamo.disable
+    def double(t):
+        return t * 2
+
+    def eager_between(x):
+        y = fc.all_reduce(x, "sum", dist.group.WORLD)
+        z = double(y)
+        return fc.all_reduce(z, "sum", dist.group.WORLD)
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="eager code between graphs has no per-rank values"):
+        tpuc.run_ranks(torch.compile(eager_between, backend="tpuc"), xs)
