@@ -52,6 +52,75 @@ pub fn parse_shard(text: &str) -> Result<(String, Vec<Vec<String>>), String> {
     Ok((name.trim().to_string(), dims))
 }
 
+/// One argument's `--shard` entries as written on the command line (`y,_`, `x+y,_`).
+pub fn format_shard(dims: &[Vec<String>]) -> String {
+    dims.iter().map(|d| if d.is_empty() { "_".to_string() } else { d.join("+") }).collect::<Vec<_>>().join(",")
+}
+
+/// A sharding plan file (`--shard-plan FILE.json`): what `--mesh`, `--shard` and
+/// `--shard-policy` say, in the same notation, every key optional:
+/// `{"mesh": "x=2,y=2", "shard": {"fc1.weight": "y,_", "x": "x,_"}, "policy": "tp"}`.
+/// `tpuc compile --json` of a sharded program reports its final plan (policy choices
+/// included) under `"sharding"` in this form.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardPlan {
+    pub mesh: Option<Vec<(String, i64)>>,
+    pub shard: BTreeMap<String, Vec<Vec<String>>>,
+    pub policy: Option<ShardPolicy>,
+}
+
+impl ShardPlan {
+    /// Parses a plan file's text; unknown keys are errors (a misspelt key would otherwise
+    /// silently shard nothing).
+    pub fn parse(text: &str) -> Result<ShardPlan, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let obj = v.as_object().ok_or("expected an object with `mesh`, `shard` and `policy`")?;
+        let mut plan = ShardPlan::default();
+        for (key, value) in obj {
+            match key.as_str() {
+                "mesh" => {
+                    let m = value.as_str().ok_or("`mesh`: expected a string such as \"x=2,y=2\"")?;
+                    plan.mesh = Some(parse_mesh(m).map_err(|e| format!("`mesh`: {e}"))?);
+                }
+                "shard" => {
+                    let entries = value.as_object().ok_or("`shard`: expected an object of argument name -> axes (\"y,_\")")?;
+                    for (name, axes) in entries {
+                        let axes = axes.as_str().ok_or_else(|| format!("`shard`.`{name}`: expected a string such as \"y,_\""))?;
+                        let (_, dims) = parse_shard(&format!("{name}={axes}")).map_err(|e| format!("`shard`: {e}"))?;
+                        plan.shard.insert(name.clone(), dims);
+                    }
+                }
+                "policy" => {
+                    let p = value.as_str().ok_or("`policy`: expected a string")?;
+                    plan.policy = Some(ShardPolicy::parse(p).ok_or_else(|| format!("`policy` {p:?}: expected one of {}", ShardPolicy::NAMES.join(", ")))?);
+                }
+                other => return Err(format!("unknown key `{other}` (known: mesh, shard, policy)")),
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The plan a sharding amounts to (every argument's entries; no policy: its choices are in).
+    pub fn of(sh: &MeshSharding) -> ShardPlan {
+        ShardPlan { mesh: Some(sh.axes.clone()), shard: sh.args.clone(), policy: None }
+    }
+
+    /// The plan file's JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut obj = serde_json::Map::new();
+        if let Some(m) = &self.mesh {
+            let text = m.iter().map(|(n, s)| format!("{n}={s}")).collect::<Vec<_>>().join(",");
+            obj.insert("mesh".into(), text.into());
+        }
+        let shard: serde_json::Map<String, serde_json::Value> = self.shard.iter().map(|(n, d)| (n.clone(), format_shard(d).into())).collect();
+        obj.insert("shard".into(), shard.into());
+        if let Some(p) = self.policy {
+            obj.insert("policy".into(), p.name().into());
+        }
+        obj.into()
+    }
+}
+
 /// Parses `--group NAME=RANKS`: the rank groups of process group NAME, `|`-separated lists of
 /// ranks (`0,1|2,3`: two groups of two), each rank of `0..count` in exactly one group.
 pub fn parse_group(text: &str, count: i64) -> Result<(String, Vec<Vec<i64>>), String> {
@@ -152,6 +221,14 @@ pub enum ShardPolicy {
 
 impl ShardPolicy {
     pub const NAMES: [&'static str; 3] = ["dp", "fsdp", "tp"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardPolicy::Dp => "dp",
+            ShardPolicy::Fsdp => "fsdp",
+            ShardPolicy::Tp => "tp",
+        }
+    }
 
     pub fn parse(s: &str) -> Option<ShardPolicy> {
         match s {
@@ -390,6 +467,20 @@ mod tests {
         let (n, d) = parse_shard("fc1.weight=y,_").unwrap();
         assert_eq!((n.as_str(), d), ("fc1.weight", vec![vec!["y".to_string()], vec![]]));
         assert_eq!(parse_shard("x=x+y,_").unwrap().1, vec![vec!["x".to_string(), "y".to_string()], vec![]]);
+    }
+
+    #[test]
+    fn shard_plans_round_trip_through_their_json() {
+        let text = r#"{"mesh": "x=2,y=2", "shard": {"fc1.weight": "x+y,_", "x": "_,y"}, "policy": "tp"}"#;
+        let plan = ShardPlan::parse(text).unwrap();
+        assert_eq!(plan.mesh, Some(vec![("x".into(), 2), ("y".into(), 2)]));
+        assert_eq!(plan.shard["x"], vec![vec![], vec!["y".to_string()]]);
+        assert_eq!(plan.policy, Some(ShardPolicy::Tp));
+        assert_eq!(ShardPlan::parse(&plan.to_json().to_string()).unwrap(), plan);
+        assert_eq!(ShardPlan::parse("{}").unwrap(), ShardPlan::default());
+        assert!(ShardPlan::parse(r#"{"policy": "zero3"}"#).unwrap_err().contains("expected one of dp, fsdp, tp"));
+        assert!(ShardPlan::parse(r#"{"mesh": 4}"#).unwrap_err().contains("`mesh`"));
+        assert!(ShardPlan::parse("[]").unwrap_err().contains("expected an object"));
     }
 
     #[test]

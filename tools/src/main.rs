@@ -149,18 +149,24 @@ struct PipelineArgs {
     /// NAME as the program's arguments are named (`tpuc.name`: a parameter's qualified name or
     /// an input's name). Other arguments, and results, are replicated unless --shard-policy
     /// splits them.
-    #[arg(long, value_name = "NAME=AXES", requires = "mesh", value_parser = shard_arg)]
+    #[arg(long, value_name = "NAME=AXES", value_parser = shard_arg)]
     shard: Vec<ShardArg>,
     /// Shard the arguments --shard does not name by a policy (needs --mesh): `dp` splits the
     /// batch (dim 0) of user inputs over all axes, `fsdp` also each parameter's largest dim
     /// (both keep results split by batch), `tp` the matmul weights in Megatron column/row pairs
     /// over the last axis and the batch over the others.
-    #[arg(long, value_name = "POLICY", requires = "mesh", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
+    #[arg(long, value_name = "POLICY", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
     shard_policy: Option<tpuc_driver::spmd::ShardPolicy>,
+    /// The mesh, shardings and policy from a JSON file, in the notation of the flags:
+    /// {"mesh": "x=2,y=2", "shard": {"fc1.weight": "y,_"}, "policy": "tp"} (every key
+    /// optional). --mesh must agree with its mesh; --shard and --shard-policy take precedence.
+    /// `tpuc compile --json` reports a sharded program's final plan under "sharding".
+    #[arg(long, value_name = "FILE")]
+    shard_plan: Option<PathBuf>,
     /// A per-rank program (PyTorch's functional collectives): run it as N ranks, one device
     /// each, its collectives between them; `run` takes each input and gives each output with
     /// all ranks stacked along a new leading dim.
-    #[arg(long, value_name = "N", conflicts_with = "mesh", value_parser = clap::value_parser!(i64).range(1..=4096))]
+    #[arg(long, value_name = "N", conflicts_with_all = ["mesh", "shard_plan"], value_parser = clap::value_parser!(i64).range(1..=4096))]
     ranks: Option<i64>,
     /// The ranks of a process group the program names (repeatable; needs --ranks): NAME=RANKS,
     /// groups of ranks separated by `|` (e.g. 1=0,1|2,3). Group "0" is all ranks unless given.
@@ -184,16 +190,42 @@ fn shard_arg(s: &str) -> Result<ShardArg, String> {
 }
 
 impl PipelineArgs {
-    /// The mesh and argument shardings of --mesh / --shard.
-    fn sharding(&self) -> Result<Option<tpuc_driver::spmd::MeshSharding>, Failure> {
-        let Some(mesh) = &self.mesh else { return Ok(None) };
-        let mut args = std::collections::BTreeMap::new();
+    /// The --shard-plan file, if one is given.
+    fn plan(&self) -> Result<Option<tpuc_driver::spmd::ShardPlan>, Failure> {
+        let Some(path) = &self.shard_plan else { return Ok(None) };
+        let text = std::fs::read_to_string(path).map_err(|e| Failure::User(format!("cannot read --shard-plan {}: {e}", path.display())))?;
+        let plan = tpuc_driver::spmd::ShardPlan::parse(&text).map_err(|e| Failure::User(format!("--shard-plan {}: {e}", path.display())))?;
+        Ok(Some(plan))
+    }
+
+    /// The mesh and argument shardings of --mesh / --shard-plan / --shard, and the policy of
+    /// --shard-policy or the plan.
+    fn sharding(&self) -> Result<(Option<tpuc_driver::spmd::MeshSharding>, Option<tpuc_driver::spmd::ShardPolicy>), Failure> {
+        let plan = self.plan()?.unwrap_or_default();
+        let mesh = match (&self.mesh, &plan.mesh) {
+            (Some(m), Some(p)) if &m.0 != p => {
+                let show = |axes: &[(String, i64)]| axes.iter().map(|(n, s)| format!("{n}={s}")).collect::<Vec<_>>().join(",");
+                return Err(Failure::User(format!("--mesh {} differs from the --shard-plan's mesh {}", show(&m.0), show(p))));
+            }
+            (Some(m), _) => Some(m.0.clone()),
+            (None, p) => p.clone(),
+        };
+        let policy = self.shard_policy.or(plan.policy);
+        let Some(axes) = mesh else {
+            if !self.shard.is_empty() || policy.is_some() || !plan.shard.is_empty() {
+                return Err(Failure::User("--shard and --shard-policy need a mesh (--mesh, or `mesh` in the --shard-plan)".into()));
+            }
+            return Ok((None, None));
+        };
+        let mut args = plan.shard;
+        let mut given = std::collections::BTreeSet::new();
         for ShardArg(name, dims) in &self.shard {
-            if args.insert(name.clone(), dims.clone()).is_some() {
+            if !given.insert(name.clone()) {
                 return Err(Failure::User(format!("--shard gives `{name}` twice")));
             }
+            args.insert(name.clone(), dims.clone());
         }
-        Ok(Some(tpuc_driver::spmd::MeshSharding { axes: mesh.0.clone(), args, results: Default::default() }))
+        Ok((Some(tpuc_driver::spmd::MeshSharding { axes, args, results: Default::default() }), policy))
     }
 
     /// The ranks and process groups of --ranks / --group.
@@ -211,10 +243,11 @@ impl PipelineArgs {
 
     /// Lowering options for `target` with these flags.
     fn options(&self, inline_weights: bool, target: Target) -> Result<LowerOptions, Failure> {
+        let (sharding, shard_policy) = self.sharding()?;
         Ok(LowerOptions {
             ranks: self.ranks()?,
-            sharding: self.sharding()?,
-            shard_policy: self.shard_policy,
+            sharding,
+            shard_policy,
             inline_weights,
             target,
             precision: self.precision,
@@ -655,6 +688,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             write_output(a.output.as_deref(), &output_text(lowered))
         }
         Command::Compile(a) => {
+            let mut plan = None;
             let compiled = if is_mlir(&a.model) {
                 compile_mlir(&a.model, &read_mlir(&a.model)?, &a.target)?
             } else {
@@ -666,6 +700,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
                 let cache = a.target.cache.open();
+                plan = lowered.sharding.as_ref().map(tpuc_driver::spmd::ShardPlan::of);
                 compile_lowered(&lowered, &a.target, cache.as_ref(), &a.model.display().to_string())?
             };
             if let Some(out) = &a.output {
@@ -674,8 +709,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             if a.json {
                 let mut v = serde_json::to_value(&compiled.summary).map_err(|e| Failure::Internal(e.to_string()))?;
-                if let (Some(out), Some(obj)) = (&a.output, v.as_object_mut()) {
-                    obj.insert("output".into(), serde_json::Value::String(out.display().to_string()));
+                if let Some(obj) = v.as_object_mut() {
+                    if let Some(out) = &a.output {
+                        obj.insert("output".into(), serde_json::Value::String(out.display().to_string()));
+                    }
+                    if let Some(plan) = &plan {
+                        obj.insert("sharding".into(), plan.to_json());
+                    }
                 }
                 println!("{v}");
             } else {
