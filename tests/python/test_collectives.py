@@ -265,3 +265,17 @@ def test_run_ranks_errors():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="eager code between graphs has no per-rank values"):
         tpuc.run_ranks(torch.compile(eager_between, backend="tpuc"), xs)
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2"])
+def test_per_rank_programs_compile_for_tpu_topologies(tmp_path, topology):
+    import json
+
+    ep = torch.export.export(Collectives(), (torch.randn(4, 3),))
+    pt2 = str(tmp_path / "collectives.pt2")
+    torch.export.save(ep, pt2)
+    p = subprocess.run([TPUC, "compile", pt2, "--ranks", str(R), "--target", "tpu", "--topology", topology, "--json",
+                        "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    v = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (v["replicas"], v["topology"], v["platform"]) == (R, topology, "tpu"), v
