@@ -118,12 +118,30 @@ pub(crate) fn copy_box(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mu
 
 #[allow(clippy::too_many_arguments)]
 fn box_copy(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mut [u8], dst_dims: &[i64], dst_start: &[i64], region: &[i64], esz: usize) {
+    box_runs(src_dims, src_start, dst_dims, dst_start, region, esz, |so, d_o, run| {
+        dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
+    });
+}
+
+/// The box `[0, region)` of a row-major array of shape `src_dims`, as a dense array of shape
+/// `region` (written once, in order: no zeroing first).
+pub(crate) fn gather_box(src: &[u8], src_dims: &[i64], region: &[i64], esz: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(region.iter().product::<i64>().max(0) as usize * esz);
+    let zeros = vec![0; region.len()];
+    box_runs(src_dims, &zeros, region, &zeros, region, esz, |so, _, run| out.extend_from_slice(&src[so..so + run]));
+    out
+}
+
+/// Calls `copy(src_offset, dst_offset, bytes)` for each contiguous run of the box `region`
+/// at `src_start` of a row-major array of shape `src_dims` and at `dst_start` of one of
+/// shape `dst_dims`, in row-major order of the box.
+fn box_runs(src_dims: &[i64], src_start: &[i64], dst_dims: &[i64], dst_start: &[i64], region: &[i64], esz: usize, mut copy: impl FnMut(usize, usize, usize)) {
     let rank = region.len();
     if region.contains(&0) {
         return;
     }
     if rank == 0 {
-        dst[..esz].copy_from_slice(&src[..esz]);
+        copy(0, 0, esz);
         return;
     }
     let strides = |dims: &[i64]| -> Vec<usize> {
@@ -134,25 +152,33 @@ fn box_copy(src: &[u8], src_dims: &[i64], src_start: &[i64], dst: &mut [u8], dst
         s
     };
     let (ss, ds) = (strides(src_dims), strides(dst_dims));
-    let run = region[rank - 1] as usize * esz;
-    let base: usize = src_start.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
-    let dbase: usize = dst_start.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
-    let mut idx = vec![0i64; rank - 1];
+    // Merge the innermost dims while both arrays hold them whole: one longer run per row.
+    let mut inner = rank - 1;
+    let mut run = region[inner] as usize * esz;
+    while inner > 0 && region[inner] == src_dims[inner] && region[inner] == dst_dims[inner] && src_start[inner] == 0 && dst_start[inner] == 0 {
+        inner -= 1;
+        run *= region[inner] as usize;
+    }
+    let mut so: usize = src_start.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum();
+    let mut d_o: usize = dst_start.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum();
+    // Rows are the index tuples of dims 0..inner; offsets advance incrementally.
+    let mut idx = vec![0i64; inner];
     loop {
-        let so: usize = base + idx.iter().zip(&ss).map(|(&i, &s)| i as usize * s).sum::<usize>();
-        let d_o: usize = dbase + idx.iter().zip(&ds).map(|(&i, &s)| i as usize * s).sum::<usize>();
-        dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
-        // Next row of the box.
-        let mut k = rank - 1;
+        copy(so, d_o, run);
+        let mut k = inner;
         loop {
             if k == 0 {
                 return;
             }
             k -= 1;
             idx[k] += 1;
+            so += ss[k];
+            d_o += ds[k];
             if idx[k] < region[k] {
                 break;
             }
+            so -= region[k] as usize * ss[k];
+            d_o -= region[k] as usize * ds[k];
             idx[k] = 0;
         }
     }
@@ -197,6 +223,19 @@ pub fn cuts(layout: &Layout, dims: &[i64], sizes: &Sizes) -> Result<Vec<(i64, i6
     Ok(out)
 }
 
+/// The real dims of a padded result of shape `dims` with layout `layout`, given its
+/// [`cuts`]: each dim's real length is the product of its factors' valid lengths.
+pub fn real_dims(layout: &Layout, dims: &[i64], cuts: &[(i64, i64)]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(dims.len());
+    let mut k = 0;
+    for (d, &p) in dims.iter().enumerate() {
+        let n = layout.get(d).map_or(1, |l| l.factors(p).len());
+        out.push(cuts[k..k + n].iter().map(|&(_, v)| v).product());
+        k += n;
+    }
+    out
+}
+
 /// The valid part of a padded result with layout `layout`, for real sizes `sizes`.
 pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTensor, ExecError> {
     if layout.iter().all(|l| matches!(l, DimLayout::Exact)) {
@@ -205,18 +244,8 @@ pub fn unpad(t: &HostTensor, layout: &Layout, sizes: &Sizes) -> Result<HostTenso
     let cuts = cuts(layout, &t.dims, sizes)?;
     let fdims: Vec<i64> = cuts.iter().map(|&(p, _)| p).collect();
     let region: Vec<i64> = cuts.iter().map(|&(_, v)| v).collect();
-    // Each dim's real length is the product of its factors' valid lengths.
-    let mut out_dims = Vec::with_capacity(t.dims.len());
-    let mut k = 0;
-    for (l, &p) in layout.iter().zip(&t.dims) {
-        let n = l.factors(p).len();
-        out_dims.push(region[k..k + n].iter().product());
-        k += n;
-    }
-    let esz = t.dtype.size_bytes();
-    let count: i64 = out_dims.iter().product();
-    let mut bytes = vec![0u8; count as usize * esz];
-    copy_box(&t.bytes, &fdims, &vec![0; fdims.len()], &mut bytes, &region, &region, esz);
+    let out_dims = real_dims(layout, &t.dims, &cuts);
+    let bytes = gather_box(&t.bytes, &fdims, &region, t.dtype.size_bytes());
     Ok(HostTensor { dtype: t.dtype, dims: out_dims, bytes })
 }
 
@@ -244,6 +273,41 @@ mod tests {
         let lay = vec![DimLayout::Exact, DimLayout::Factors(vec![Factor { padded: 8, extent: s }])];
         let sizes: Sizes = [("s".to_string(), 3)].into();
         assert_eq!(unpad(&p, &lay, &sizes).unwrap(), x);
+    }
+
+    proptest::proptest! {
+        /// The box copy equals an element-by-element copy, whatever dims merge into runs.
+        #[test]
+        fn box_copy_equals_element_copy(dims in proptest::collection::vec(1i64..5, 1..5), cut in proptest::collection::vec(0i64..5, 5), off in proptest::collection::vec(0i64..3, 5)) {
+            let rank = dims.len();
+            let region: Vec<i64> = (0..rank).map(|d| 1 + cut[d] % dims[d]).collect();
+            let start: Vec<i64> = (0..rank).map(|d| off[d] % (dims[d] - region[d] + 1)).collect();
+            let dst_dims: Vec<i64> = (0..rank).map(|d| region[d] + off[(d + 1) % 5] % 2).collect();
+            let src = t(&dims);
+            let count: i64 = dst_dims.iter().product();
+            let mut got = vec![0u8; count as usize * 4];
+            copy_box(&src.bytes, &dims, &start, &mut got, &dst_dims, &region, 4);
+            let mut want = vec![0u8; count as usize * 4];
+            let total: i64 = region.iter().product();
+            for flat in 0..total {
+                let (mut rem, mut si, mut di) = (flat, 0i64, 0i64);
+                let mut idx = vec![0i64; rank];
+                for d in (0..rank).rev() {
+                    idx[d] = rem % region[d];
+                    rem /= region[d];
+                }
+                for d in 0..rank {
+                    si = si * dims[d] + idx[d] + start[d];
+                    di = di * dst_dims[d] + idx[d];
+                }
+                want[di as usize * 4..di as usize * 4 + 4].copy_from_slice(&src.bytes[si as usize * 4..si as usize * 4 + 4]);
+            }
+            proptest::prop_assert_eq!(got, want);
+            let (zeros, sd) = (vec![0; rank], dims.clone());
+            let mut dense = vec![0u8; region.iter().product::<i64>() as usize * 4];
+            copy_box(&src.bytes, &sd, &zeros, &mut dense, &region, &region, 4);
+            proptest::prop_assert_eq!(gather_box(&src.bytes, &dims, &region, 4), dense);
+        }
     }
 
     #[test]

@@ -123,6 +123,40 @@ pub struct Program {
     resident_shards: Vec<Option<Vec<rt::Buffer>>>,
     /// Per-rank programs: the number of ranks (every argument is given per rank, per call).
     pub ranks: Option<i64>,
+    /// Bucketed programs: host buffers the padded inputs are staged in, reused across calls.
+    staging: std::sync::Mutex<Vec<Vec<Line>>>,
+    /// Device buffers of scalar i64 inputs (sizes), by value (see [`Program::input`]).
+    scalars: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Arc<rt::Buffer>>>,
+}
+
+/// One user input of an execution.
+enum Input<'a> {
+    Borrowed(rt::BorrowedBuffer<'a>),
+    Kept(std::sync::Arc<rt::Buffer>),
+}
+
+impl std::ops::Deref for Input<'_> {
+    type Target = rt::Buffer;
+    fn deref(&self) -> &rt::Buffer {
+        match self {
+            Input::Borrowed(b) => b,
+            Input::Kept(b) => b,
+        }
+    }
+}
+
+/// 64 bytes aligned as the CPU plugin needs to read a host buffer in place: the unit of the
+/// staging buffers padded inputs are written to.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([u8; 64]);
+
+/// One result of a bucketed run cut to its real shape: `bytes` begins with the result's dense
+/// row-major values (it may run on past them, when the valid part is a prefix of the padded
+/// result and so is handed over in place).
+pub struct CutResult {
+    pub bytes: HostArray,
+    pub dims: Vec<i64>,
 }
 
 /// Imports, lowers and compiles a serialized program.
@@ -235,6 +269,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         resident,
         sharding: lowered.sharding,
         ranks: lowered.ranks.map(|r| r.count),
+        staging: Default::default(),
+        scalars: Default::default(),
     })
 }
 
@@ -373,6 +409,28 @@ impl Program {
         Ok(loaded.client().buffer_from_host(bytes, element_type, &dims, Some(device))?)
     }
 
+    /// A user input for one execution: a scalar i64 (a symbol's real size, a SymInt input)
+    /// from the buffers kept per value, else borrowed (see [`Program::borrow`]). Scalars
+    /// recur call after call (the sizes of a decode loop), and a buffer of their own costs
+    /// a transfer each.
+    fn input<'a>(&self, arg: usize, bytes: &'a [u8]) -> Result<Input<'a>, ExecError> {
+        let ty = &self.args[arg].ty;
+        if ty.rank() == 0 && ty.dtype == DType::I64 && bytes.len() == 8 {
+            let value = i64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+            let mut kept = self.scalars.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = kept.get(&value) {
+                return Ok(Input::Kept(b.clone()));
+            }
+            let b = std::sync::Arc::new(self.upload(arg, bytes)?);
+            if kept.len() >= 4096 {
+                kept.clear();
+            }
+            kept.insert(value, b.clone());
+            return Ok(Input::Kept(b));
+        }
+        Ok(Input::Borrowed(self.borrow(arg, bytes)?))
+    }
+
     /// A user input for one execution: used in place where the plugin can (CPU).
     fn borrow<'a>(&self, arg: usize, bytes: &'a [u8]) -> Result<rt::BorrowedBuffer<'a>, ExecError> {
         let (dims, element_type) = self.check_arg(arg, bytes)?;
@@ -444,7 +502,7 @@ impl Program {
         let t1 = Instant::now();
         let mut uploaded = Vec::with_capacity(inputs.len());
         for (&arg, bytes) in self.user_args.iter().zip(inputs) {
-            uploaded.push(self.borrow(arg, bytes)?);
+            uploaded.push(self.input(arg, bytes)?);
         }
         let args = argument_list(&self.resident, &uploaded);
         times.upload = t1.elapsed();
@@ -462,6 +520,82 @@ impl Program {
 }
 
 impl Program {
+    /// Runs a bucketed program on inputs of their real sizes: each user input (the program's
+    /// user-input arguments in order, without the size arguments) as its dense bytes and real
+    /// dims. Inputs are padded into reused staging buffers (the padding left as it is: the
+    /// program masks it), the size arguments are filled from `sizes`, and every result is cut
+    /// to its real shape: in place when its valid part is a prefix of the padded result (a
+    /// padded leading dim), else copied out.
+    pub fn run_bucketed(&self, inputs: &[(&[u8], &[i64])], sizes: &crate::dynamic::Sizes) -> Result<(Vec<CutResult>, RunTimes), ExecError> {
+        let size_arg = |arg: usize| self.size_args.iter().find(|(_, a)| *a == arg).map(|(s, _)| s.as_str());
+        let tensors = self.user_args.iter().filter(|&&a| size_arg(a).is_none()).count();
+        if inputs.len() != tensors {
+            return Err(ExecError::BadInput(format!("{}: the program takes {tensors} input(s), got {}", self.name, inputs.len())));
+        }
+        // Owned storage first (scalars of the sizes, staging for padded inputs), then slices.
+        let mut scalars: Vec<[u8; 8]> = Vec::new();
+        let mut staged: Vec<Vec<Line>> = Vec::new();
+        {
+            let mut pool = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = inputs.iter();
+            for &arg in &self.user_args {
+                if let Some(sym) = size_arg(arg) {
+                    let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
+                    scalars.push(n.to_le_bytes());
+                    continue;
+                }
+                let (bytes, dims) = next.next().expect("counted above");
+                let spec = &self.args[arg];
+                let padded = spec.ty.static_dims().unwrap_or_default();
+                if *dims == padded.as_slice() {
+                    continue;
+                }
+                let esz = spec.ty.dtype.size_bytes();
+                let real: i64 = dims.iter().product();
+                if dims.len() != padded.len() || dims.iter().zip(&padded).any(|(d, p)| d > p || *d < 0) || bytes.len() != real as usize * esz {
+                    return Err(ExecError::BadInput(format!(
+                        "{}: input `{}` of shape {dims:?} does not fit the bucket's {}",
+                        self.name, spec.name, spec.ty
+                    )));
+                }
+                let lines = spec.bytes.div_ceil(64);
+                let mut buf = match pool.iter().position(|b| b.len() >= lines) {
+                    Some(i) => pool.swap_remove(i),
+                    None => vec![Line([0; 64]); lines],
+                };
+                let dst = &mut bytemuck::cast_slice_mut::<Line, u8>(&mut buf)[..spec.bytes];
+                crate::dynamic::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, esz);
+                staged.push(buf);
+            }
+        }
+        let mut views: Vec<&[u8]> = Vec::with_capacity(self.user_args.len());
+        let (mut next, mut scalar, mut stage) = (inputs.iter(), scalars.iter(), staged.iter());
+        for &arg in &self.user_args {
+            if size_arg(arg).is_some() {
+                views.push(scalar.next().expect("one per size argument"));
+                continue;
+            }
+            let (bytes, dims) = next.next().expect("counted above");
+            let spec = &self.args[arg];
+            if spec.ty.static_dims().is_some_and(|p| *dims == p.as_slice()) {
+                views.push(bytes);
+            } else {
+                views.push(&bytemuck::cast_slice::<Line, u8>(stage.next().expect("one per padded input"))[..spec.bytes]);
+            }
+        }
+        let result = self.run(&views);
+        drop(views);
+        self.staging.lock().unwrap_or_else(|e| e.into_inner()).extend(staged);
+        let (outputs, times) = result?;
+        let cuts = self.result_cuts(sizes)?;
+        let none = Vec::new();
+        let mut out = Vec::with_capacity(outputs.len());
+        for (k, ((arr, ty), cut)) in outputs.into_iter().zip(&self.results).zip(cuts).enumerate() {
+            out.push(cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), &cut));
+        }
+        Ok((out, times))
+    }
+
     /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of
     /// `main` (weights included: ranks hold different shards of them), dense row-major bytes
     /// in argument order. Rank r runs on device r. Returns each rank's results.
@@ -532,6 +666,24 @@ impl Program {
         times.download = t3.elapsed();
         Ok((host, times))
     }
+}
+
+/// One padded result cut to its real shape (`cut`: its factors as (padded, valid) pairs).
+fn cut_result(arr: HostArray, ty: &TensorType, layout: &tpuc_passes::specialize::Layout, cut: &[(i64, i64)]) -> CutResult {
+    let padded = ty.static_dims().unwrap_or_default();
+    if cut.iter().all(|&(p, v)| p == v) {
+        return CutResult { bytes: arr, dims: padded };
+    }
+    let dims = crate::dynamic::real_dims(layout, &padded, cut);
+    // The valid box is a prefix of the buffer when every factor before the first cut one has
+    // one element and every factor after it is whole.
+    let first = cut.iter().position(|&(p, v)| p != v).expect("some factor is cut");
+    if cut[..first].iter().all(|&(p, _)| p == 1) && cut[first + 1..].iter().all(|&(p, v)| p == v) {
+        return CutResult { bytes: arr, dims };
+    }
+    let fdims: Vec<i64> = cut.iter().map(|&(p, _)| p).collect();
+    let region: Vec<i64> = cut.iter().map(|&(_, v)| v).collect();
+    CutResult { bytes: HostArray::from(crate::dynamic::gather_box(&arr, &fdims, &region, ty.dtype.size_bytes())), dims }
 }
 
 /// The FX node an error is about, when it names one (for an import that failed at several

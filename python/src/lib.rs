@@ -456,6 +456,55 @@ impl Program {
         })
     }
 
+    /// Runs a bucketed program on user inputs of their real sizes (DLPack capsules of
+    /// contiguous host tensors, the user inputs in order without the size arguments), with
+    /// `sizes` the real size of every symbol. Returns per result its buffer and real dims; the
+    /// buffer begins with the result's values (see `session::CutResult`).
+    fn run_bucketed(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<Bound<'_, PyAny>>,
+        sizes: std::collections::BTreeMap<String, i64>,
+    ) -> PyResult<Vec<(HostBuffer, Vec<i64>)>> {
+        guard(py, "Program.run_bucketed", || {
+            let t0 = std::time::Instant::now();
+            let owners = inputs
+                .iter()
+                .enumerate()
+                .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("input {k}: {m}"))))
+                .collect::<PyResult<Vec<_>>>()?;
+            let size_args: Vec<usize> = self.inner.size_args.iter().map(|(_, a)| *a).collect();
+            let tensor_args: Vec<usize> = self.inner.user_args().iter().copied().filter(|a| !size_args.contains(a)).collect();
+            let mut views = Vec::with_capacity(owners.len());
+            for (k, owner) in owners.iter().enumerate() {
+                let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
+                if let Some(spec) = tensor_args.get(k).and_then(|&a| self.inner.args.get(a)) {
+                    if view.dtype != Some(spec.ty.dtype) {
+                        return Err(self.bad_input(py, format!("input {k} (`{}`) is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())));
+                    }
+                }
+                views.push(view);
+            }
+            let pairs: Vec<(&[u8], &[i64])> = views.iter().map(|v| (v.bytes, v.dims.as_slice())).collect();
+            let inner = &self.inner;
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run_bucketed(&pairs, &sizes))));
+            drop(pairs);
+            drop(views);
+            drop(owners);
+            let (outputs, times) = match result {
+                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.execute_ns.fetch_add(times.execute.as_nanos() as u64, Ordering::Relaxed);
+            self.upload_ns.fetch_add(times.upload.as_nanos() as u64, Ordering::Relaxed);
+            self.download_ns.fetch_add(times.download.as_nanos() as u64, Ordering::Relaxed);
+            let out = outputs.into_iter().map(|c| (HostBuffer { data: c.bytes }, c.dims)).collect();
+            self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Ok(out)
+        })
+    }
+
     /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of `main`
     /// in order, as DLPack capsules of contiguous host tensors. Returns each rank's results.
     fn run_ranks(&self, py: Python<'_>, per_rank: Vec<Vec<Bound<'_, PyAny>>>) -> PyResult<Vec<Vec<HostBuffer>>> {

@@ -14,6 +14,7 @@ Per call:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import weakref
@@ -128,7 +129,6 @@ class CompiledGraph:
         self.static = static
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket
-        self._cuts: dict[tuple, list] = {}
         STATS["compiles"] += 1
         STATS[f"cache_{self.program.cache}"] += 1
         imp, passes, emit = self.program.lower_seconds
@@ -161,7 +161,6 @@ class CompiledGraph:
         self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
         # User arguments: a placeholder, or (bucketed) the real size of a symbol.
         self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
-        self.user_dims = [tuple(args[ai][3]) for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
         self.returns_sequence = isinstance(out, (list, tuple))
         out_nodes = list(out) if self.returns_sequence else [out]
@@ -222,10 +221,29 @@ class CompiledGraph:
             st = self.weight_state[j]
             if st is None or st[0]() is not t or st[1] != t._version or st[2] != t.data_ptr():
                 self._upload(j, ai, t)
+        if self.bucket is not None:
+            return self._call_bucketed(args, sizes, t0)
         inputs = []
-        for k, ph in enumerate(self.user_plan):
-            if isinstance(ph, str):  # the real size of a symbol (bucketed)
-                inputs.append(to_dlpack(_size_tensor(sizes[ph])))
+        for ph in self.user_plan:
+            t = args[ph]
+            if not isinstance(t, torch.Tensor):  # a SymInt input: its value
+                inputs.append(to_dlpack(_size_tensor(int(t))))
+                continue
+            if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
+                t = _resolved(t.detach().cpu().contiguous())
+            inputs.append(to_dlpack(t))
+        outs = self._outputs(self.program.run(inputs), None)
+        self.calls += 1
+        self.call_ns += time.perf_counter_ns() - t0
+        return outs
+
+    def _call_bucketed(self, args, sizes: dict[str, int], t0: int):
+        """A bucketed program's call: the inputs at their real sizes (the extension pads them
+        into reused staging buffers and passes the real sizes), the results cut to their real
+        shapes (in place where the valid part is a prefix)."""
+        inputs = []
+        for ph in self.user_plan:
+            if isinstance(ph, str):  # the real size of a symbol: filled in by the extension
                 continue
             t = args[ph]
             if not isinstance(t, torch.Tensor):  # a SymInt input: its value
@@ -233,17 +251,19 @@ class CompiledGraph:
                 continue
             if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
                 t = _resolved(t.detach().cpu().contiguous())
-            if self.bucket is not None and tuple(t.shape) != self.user_dims[k]:
-                t = _pad(t, self.user_dims[k])
             inputs.append(to_dlpack(t))
-        bufs = self.program.run(inputs)
-        cuts = None
-        if self.bucket is not None:
-            key = tuple(sizes.values())
-            cuts = self._cuts.get(key)
-            if cuts is None:
-                cuts = self._cuts[key] = [_cut_plan(c, r[1]) for c, r in zip(self.program.result_cuts(sizes), self.program.results)]
-        outs = self._outputs(bufs, sizes, cuts)
+        results = self.program.run_bucketed(inputs, sizes)
+        outs = []
+        for p in self.out_plan:
+            ri = p[0]
+            if ri is None:
+                outs.append(p[1])
+            elif ri == "size":
+                outs.append(sizes[p[1]])
+            else:
+                buf, dims = results[ri]
+                n = math.prod(dims)
+                outs.append(torch.frombuffer(buf, dtype=p[1], count=n).view(dims) if n else torch.empty(dims, dtype=p[1]))
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
@@ -269,14 +289,14 @@ class CompiledGraph:
                 if not (v.is_cpu and v.is_contiguous()):
                     v = v.cpu().contiguous()
                 per_rank[r].append(to_dlpack(_resolved(v)))
-        results = [self._outputs(bufs, None, None) for bufs in self.program.run_ranks(per_rank)]
+        results = [self._outputs(bufs, None) for bufs in self.program.run_ranks(per_rank)]
         for k, out in enumerate(results[0]):
             if isinstance(out, torch.Tensor):
                 batch.add(out, [res[k] for res in results])
         self.calls += 1
         return results[0]
 
-    def _outputs(self, bufs, sizes, cuts) -> list:
+    def _outputs(self, bufs, sizes) -> list:
         """The graph's outputs from one run's result buffers."""
         outs = []
         for p in self.out_plan:
@@ -292,9 +312,7 @@ class CompiledGraph:
                 t = torch.empty(shape, dtype=dtype)
             else:
                 t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
-            if cuts is not None:
-                t = _unpad(t, cuts[ri])
-            elif stride is not None:
+            if stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
         return outs
@@ -309,56 +327,6 @@ def _size_tensor(n: int) -> torch.Tensor:
     if t is None:
         t = _SIZES[n] = torch.tensor(n, dtype=torch.int64)
     return t
-
-
-def _pad(t: torch.Tensor, dims: tuple) -> torch.Tensor:
-    """`t` padded at the end of each dim to `dims` (the bucket's shape). The padding is left
-    uninitialized: a bucketed program masks it wherever it could reach a valid result."""
-    out = t.new_empty(dims)
-    view = out
-    for d, n in enumerate(t.shape):
-        if n != dims[d]:
-            view = view.narrow(d, 0, n)
-    view.copy_(t)
-    return out
-
-
-def _cut_plan(cuts: list, dims: list):
-    """How to cut one padded result: None (nothing to cut), ("narrow", [(dim, valid)]) when
-    every cut dim is one factor, else ("factors", factor dims, [(axis, valid)], real dims)."""
-    if all(p == v for p, v in cuts):
-        return None
-    real, k, simple, narrows = [], 0, True, []
-    for d, n in enumerate(dims):  # every dim has one factor at least
-        prod, size, first = cuts[k][0], cuts[k][1], k
-        k += 1
-        while prod < n:
-            prod *= cuts[k][0]
-            size *= cuts[k][1]
-            k += 1
-        if k - first > 1 and size != n:
-            simple = False
-        if size != n:
-            narrows.append((d, size))
-        real.append(size)
-    if simple:
-        return ("narrow", narrows)
-    return ("factors", [p for p, _ in cuts], [(a, v) for a, (p, v) in enumerate(cuts) if p != v], real)
-
-
-def _unpad(t: torch.Tensor, plan) -> torch.Tensor:
-    """The valid part of a padded result (see `_cut_plan`): contiguous, as eager returns it."""
-    if plan is None:
-        return t
-    if plan[0] == "narrow":
-        for d, v in plan[1]:
-            t = t.narrow(d, 0, v)
-        return t if t.is_contiguous() else t.contiguous()
-    _, fdims, narrows, real = plan
-    f = t.view(fdims)
-    for a, v in narrows:
-        f = f.narrow(a, 0, v)
-    return f.contiguous().view(real)
 
 
 def _resolved(t: torch.Tensor) -> torch.Tensor:
