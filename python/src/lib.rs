@@ -442,17 +442,8 @@ impl Program {
             let inner = &self.inner;
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run(&bytes))));
             drop(owners);
-            let (outputs, times) = match result {
-                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
-                Err(p) => std::panic::resume_unwind(p),
-            };
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            self.execute_ns.fetch_add(times.execute.as_nanos() as u64, Ordering::Relaxed);
-            self.upload_ns.fetch_add(times.upload.as_nanos() as u64, Ordering::Relaxed);
-            self.download_ns.fetch_add(times.download.as_nanos() as u64, Ordering::Relaxed);
-            let out = outputs.into_iter().map(|data| HostBuffer { data }).collect();
-            self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            Ok(out)
+            let outputs = self.finished(py, result, t0)?;
+            Ok(outputs.into_iter().map(|data| HostBuffer { data }).collect())
         })
     }
 
@@ -491,17 +482,8 @@ impl Program {
             drop(pairs);
             drop(views);
             drop(owners);
-            let (outputs, times) = match result {
-                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
-                Err(p) => std::panic::resume_unwind(p),
-            };
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            self.execute_ns.fetch_add(times.execute.as_nanos() as u64, Ordering::Relaxed);
-            self.upload_ns.fetch_add(times.upload.as_nanos() as u64, Ordering::Relaxed);
-            self.download_ns.fetch_add(times.download.as_nanos() as u64, Ordering::Relaxed);
-            let out = outputs.into_iter().map(|c| (HostBuffer { data: c.bytes }, c.dims)).collect();
-            self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            Ok(out)
+            let outputs = self.finished(py, result, t0)?;
+            Ok(outputs.into_iter().map(|c| (HostBuffer { data: c.bytes }, c.dims)).collect())
         })
     }
 
@@ -561,6 +543,25 @@ impl Program {
 }
 
 impl Program {
+    /// A run's outcome: its outputs, after counting the call and its times (`t0`: its start).
+    fn finished<T>(
+        &self,
+        py: Python<'_>,
+        result: std::thread::Result<Result<(T, tpuc_driver::exec::RunTimes), ExecError>>,
+        t0: std::time::Instant,
+    ) -> PyResult<T> {
+        let (outputs, times) = match result {
+            Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.execute_ns.fetch_add(times.execute.as_nanos() as u64, Ordering::Relaxed);
+        self.upload_ns.fetch_add(times.upload.as_nanos() as u64, Ordering::Relaxed);
+        self.download_ns.fetch_add(times.download.as_nanos() as u64, Ordering::Relaxed);
+        self.run_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(outputs)
+    }
+
     fn bad_input(&self, py: Python<'_>, message: String) -> PyErr {
         exec_error(py, ExecError::BadInput(format!("{}: {message}", self.inner.name)), &self.inner.name)
     }

@@ -223,16 +223,7 @@ class CompiledGraph:
                 self._upload(j, ai, t)
         if self.bucket is not None:
             return self._call_bucketed(args, sizes, t0)
-        inputs = []
-        for ph in self.user_plan:
-            t = args[ph]
-            if not isinstance(t, torch.Tensor):  # a SymInt input: its value
-                inputs.append(to_dlpack(_size_tensor(int(t))))
-                continue
-            if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
-                t = _resolved(t.detach().cpu().contiguous())
-            inputs.append(to_dlpack(t))
-        outs = self._outputs(self.program.run(inputs), None)
+        outs = self._outputs(self.program.run(self._user_inputs(args)), None)
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
@@ -241,18 +232,7 @@ class CompiledGraph:
         """A bucketed program's call: the inputs at their real sizes (the extension pads them
         into reused staging buffers and passes the real sizes), the results cut to their real
         shapes (in place where the valid part is a prefix)."""
-        inputs = []
-        for ph in self.user_plan:
-            if isinstance(ph, str):  # the real size of a symbol: filled in by the extension
-                continue
-            t = args[ph]
-            if not isinstance(t, torch.Tensor):  # a SymInt input: its value
-                inputs.append(to_dlpack(_size_tensor(int(t))))
-                continue
-            if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
-                t = _resolved(t.detach().cpu().contiguous())
-            inputs.append(to_dlpack(t))
-        results = self.program.run_bucketed(inputs, sizes)
+        results = self.program.run_bucketed(self._user_inputs(args), sizes)
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -267,6 +247,22 @@ class CompiledGraph:
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
+
+    def _user_inputs(self, args) -> list:
+        """The user inputs of one call as DLPack capsules of contiguous host tensors (the real
+        sizes of a bucketed program's symbols are not among them: the extension adds them)."""
+        inputs = []
+        for ph in self.user_plan:
+            if isinstance(ph, str):
+                continue
+            t = args[ph]
+            if not isinstance(t, torch.Tensor):  # a SymInt input: its value
+                inputs.append(to_dlpack(_size_tensor(int(t))))
+                continue
+            if not (t.is_cpu and t.is_contiguous()) or t.is_neg() or t.is_conj():
+                t = _resolved(t.detach().cpu().contiguous())
+            inputs.append(to_dlpack(t))
+        return inputs
 
     def _call_ranks(self, args):
         """A per-rank program's call inside `tpuc.run_ranks`: every argument's value on each
