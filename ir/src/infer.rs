@@ -12,6 +12,7 @@ use crate::dtype::DType;
 use crate::enums::FftType;
 use crate::opcode::{AttrKind, Opcode};
 use crate::types::{Dim, TensorType};
+use crate::sym::SymExpr;
 
 pub type RuleResult<T> = Result<T, String>;
 
@@ -731,6 +732,24 @@ fn window_out(size: i64, lo: i64, hi: i64, window: i64, stride: i64, base_dil: i
     i64::try_from((padded - dilated_w) / w(stride) + 1).or_else(|_| fail("window output size overflows"))
 }
 
+/// [`window_out`] of a dim that may be symbolic: for a size expression `n` (at least 1 wherever
+/// the program runs), `floor(((n - 1) * base_dil + 1 + lo + hi - dilated window) / stride) + 1`.
+fn window_out_dim(size: &Dim, lo: i64, hi: i64, window: i64, stride: i64, base_dil: i64, win_dil: i64) -> RuleResult<Dim> {
+    match size {
+        Dim::Static(n) => Ok(Dim::Static(window_out(*n, lo, hi, window, stride, base_dil, win_dil)?)),
+        Dim::Sym(e) => {
+            if stride <= 0 || window <= 0 || base_dil <= 0 || win_dil <= 0 {
+                return fail("window sizes, strides and dilations must be positive");
+            }
+            let dilated_w = (window - 1).checked_mul(win_dil).and_then(|x| x.checked_add(1));
+            let shift = dilated_w.and_then(|dw| (1 - base_dil).checked_add(lo)?.checked_add(hi)?.checked_sub(dw));
+            let shift = shift.ok_or_else(|| "window attributes overflow".to_string())?;
+            let out = e.mul_const(base_dil).add(&SymExpr::constant(shift)).floordiv(stride).add(&SymExpr::constant(1));
+            Ok(Dim::from_expr(out))
+        }
+    }
+}
+
 fn infer_reduce_window_shape(
     x: &TensorType,
     attrs: &Attrs,
@@ -748,8 +767,7 @@ fn infer_reduce_window_shape(
             dims.push(x.dims[i].clone());
             continue;
         }
-        let n = dim_static(&x.dims[i], "windowed dim")?;
-        dims.push(Dim::Static(window_out(n, lo, hi, w, s, bd, wd)?));
+        dims.push(window_out_dim(&x.dims[i], lo, hi, w, s, bd, wd)?);
     }
     Ok(x.with_dims(dims))
 }
@@ -791,9 +809,8 @@ fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorTy
     };
     let mut dims = vec![batch, Dim::Static(o)];
     for s in 0..sp {
-        let n = dim_static(&lhs.dims[2 + s], "spatial dim")?;
         let k = dim_static(&rhs.dims[2 + s], "kernel spatial dim")?;
-        dims.push(Dim::Static(window_out(n, v[1][2 * s], v[1][2 * s + 1], k, v[0][s], v[2][s], v[3][s])?));
+        dims.push(window_out_dim(&lhs.dims[2 + s], v[1][2 * s], v[1][2 * s + 1], k, v[0][s], v[2][s], v[3][s])?);
     }
     Ok(TensorType::new(given.map_or(lhs.dtype, |t| t.dtype), dims))
 }

@@ -423,6 +423,48 @@ proptest! {
         prop_assert_eq!(r, ty(&want));
     }
 
+    /// A symbolic spatial dim gives an expression that, at every size where the window fits,
+    /// equals the static rule at that size (the first spatial dim made symbolic).
+    #[test]
+    fn convolution_symbolic_spatial_dim_agrees_with_the_static_rule(c in conv(), sizes in proptest::collection::vec(1i64..40, 1..6)) {
+        let cin = c.groups * c.in_per_group;
+        let cout = c.groups * c.out_per_group;
+        let mut rhs = vec![cout, c.in_per_group];
+        let (mut strides, mut pad, mut ld, mut rd) = (vec![], vec![], vec![], vec![]);
+        for &(_, k, s, lo, hi, dl, dr) in &c.spatial {
+            rhs.push(k);
+            strides.push(s);
+            pad.extend([lo, hi]);
+            ld.push(dl);
+            rd.push(dr);
+        }
+        let attrs = Attrs::new()
+            .with("window_strides", ints(&strides))
+            .with("padding", ints(&pad))
+            .with("lhs_dilation", ints(&ld))
+            .with("rhs_dilation", ints(&rd))
+            .with("feature_group_count", Attr::Int(c.groups))
+            .with("batch_group_count", Attr::Int(1));
+        let mut lhs: Vec<Dim> = vec![Dim::Static(c.n), Dim::Static(cin), Dim::symbol("t")];
+        lhs.extend(c.spatial[1..].iter().map(|&(x, ..)| Dim::Static(x)));
+        let sym = one_result(Opcode::Convolution, &[&TensorType::new(DType::F32, lhs), &ty(&rhs)], attrs.clone()).unwrap();
+        let (_, k, s, lo, hi, dl, dr) = c.spatial[0];
+        for n in sizes {
+            if (n - 1) * dl + 1 + lo + hi < (k - 1) * dr + 1 {
+                continue; // the window does not fit: torch guards such sizes out
+            }
+            let mut at = vec![c.n, cin, n];
+            at.extend(c.spatial[1..].iter().map(|&(x, ..)| x));
+            let stat = one_result(Opcode::Convolution, &[&ty(&at), &ty(&rhs)], attrs.clone()).unwrap();
+            let got = match &sym.dims[2] {
+                Dim::Static(v) => *v,
+                Dim::Sym(e) => e.eval(&|name| (name == "t").then_some(n)).unwrap(),
+            };
+            prop_assert_eq!(Dim::Static(got), stat.dims[2].clone());
+            prop_assert_eq!(&sym.dims[3..], &stat.dims[3..]);
+        }
+    }
+
     #[test]
     fn convolution_rejects_bad_feature_count(c in conv()) {
         let cin = c.groups * c.in_per_group + 1;

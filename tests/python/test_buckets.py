@@ -58,6 +58,24 @@ class ConvOverBatch(nn.Module):
         return torch.relu(self.conv(x)).sum(dim=0)
 
 
+class ConvOverTime(nn.Module):
+    """Convolutions along the dynamic time dim: same-length, strided, dilated and transposed."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(4, 8, 3, padding=1)
+        self.c2 = nn.Conv1d(8, 8, 5, stride=2, padding=2)
+        self.c3 = nn.Conv1d(8, 6, 3, dilation=2, padding=2)
+        self.up = nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1)
+
+    def forward(self, x):  # x [b, 4, t]
+        h = torch.relu(self.c1(x))
+        s = self.c2(h)  # length (t - 1) // 2 + 1
+        d = self.c3(h)  # length t
+        u = self.up(s)  # length 2 * ((t - 1) // 2 + 1)
+        return s, d, u, d.mean(-1), s.amax(-1)
+
+
 class RMSNormCumsum(nn.Module):
     def __init__(self):
         super().__init__()
@@ -172,6 +190,14 @@ def test_causal_gpt2_block(tmp_path):
 def test_convolution_over_a_dynamic_batch(tmp_path):
     s = Dim("s", min=1, max=300)
     _run(tmp_path, ConvOverBatch(), (torch.randn(3, 4, 10),), ({0: s},), SIZES, lambda n: (torch.randn(n, 4, 10),), fills=FILLS, atol=1e-4)
+
+
+def test_convolutions_over_a_dynamic_time_dim(tmp_path):
+    sizes = [3, 4, 5, 9, 16, 17, 31, 33, 64, 65, 129, 300]
+    buckets = _run(tmp_path, ConvOverTime(), (torch.randn(2, 4, 37),), ({2: Dim("t", min=3, max=300)},), sizes,
+                   lambda n: (torch.randn(2, 4, n),), fills=FILLS)
+    # Bucketed (4, 8, ..., 384), not compiled per length.
+    assert len(buckets) == 8, buckets
 
 
 def test_causal_gpt2_block_export_form_attention_op(tmp_path):
