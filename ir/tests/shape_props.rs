@@ -387,31 +387,36 @@ fn conv() -> impl Strategy<Value = Conv> {
         .prop_map(|(n, groups, in_per_group, out_per_group, spatial)| Conv { n, groups, in_per_group, out_per_group, spatial })
 }
 
+/// The kernel shape and the attributes of `c`'s convolution.
+fn conv_kernel(c: &Conv) -> (Vec<i64>, Attrs) {
+    let mut rhs = vec![c.groups * c.out_per_group, c.in_per_group];
+    let (mut strides, mut pad, mut ld, mut rd) = (vec![], vec![], vec![], vec![]);
+    for &(_, k, s, lo, hi, dl, dr) in &c.spatial {
+        rhs.push(k);
+        strides.push(s);
+        pad.extend([lo, hi]);
+        ld.push(dl);
+        rd.push(dr);
+    }
+    let attrs = Attrs::new()
+        .with("window_strides", ints(&strides))
+        .with("padding", ints(&pad))
+        .with("lhs_dilation", ints(&ld))
+        .with("rhs_dilation", ints(&rd))
+        .with("feature_group_count", Attr::Int(c.groups))
+        .with("batch_group_count", Attr::Int(1));
+    (rhs, attrs)
+}
+
 proptest! {
     #![proptest_config(config(128))]
 
     #[test]
     fn convolution_output_sizes(c in conv()) {
-        let cin = c.groups * c.in_per_group;
+        let (rhs, attrs) = conv_kernel(&c);
+        let mut lhs = vec![c.n, c.groups * c.in_per_group];
+        lhs.extend(c.spatial.iter().map(|&(x, ..)| x));
         let cout = c.groups * c.out_per_group;
-        let mut lhs = vec![c.n, cin];
-        let mut rhs = vec![cout, c.in_per_group];
-        let (mut strides, mut pad, mut ld, mut rd) = (vec![], vec![], vec![], vec![]);
-        for &(x, k, s, lo, hi, dl, dr) in &c.spatial {
-            lhs.push(x);
-            rhs.push(k);
-            strides.push(s);
-            pad.extend([lo, hi]);
-            ld.push(dl);
-            rd.push(dr);
-        }
-        let attrs = Attrs::new()
-            .with("window_strides", ints(&strides))
-            .with("padding", ints(&pad))
-            .with("lhs_dilation", ints(&ld))
-            .with("rhs_dilation", ints(&rd))
-            .with("feature_group_count", Attr::Int(c.groups))
-            .with("batch_group_count", Attr::Int(1));
         let r = one_result(Opcode::Convolution, &[&ty(&lhs), &ty(&rhs)], attrs).unwrap();
         // Closed form: out = floor((in_eff + lo + hi - k_eff) / s) + 1 with
         // in_eff = (in - 1) * dl + 1, k_eff = (k - 1) * dr + 1, and 0 if the window never fits.
@@ -428,23 +433,7 @@ proptest! {
     #[test]
     fn convolution_symbolic_spatial_dim_agrees_with_the_static_rule(c in conv(), sizes in proptest::collection::vec(1i64..40, 1..6)) {
         let cin = c.groups * c.in_per_group;
-        let cout = c.groups * c.out_per_group;
-        let mut rhs = vec![cout, c.in_per_group];
-        let (mut strides, mut pad, mut ld, mut rd) = (vec![], vec![], vec![], vec![]);
-        for &(_, k, s, lo, hi, dl, dr) in &c.spatial {
-            rhs.push(k);
-            strides.push(s);
-            pad.extend([lo, hi]);
-            ld.push(dl);
-            rd.push(dr);
-        }
-        let attrs = Attrs::new()
-            .with("window_strides", ints(&strides))
-            .with("padding", ints(&pad))
-            .with("lhs_dilation", ints(&ld))
-            .with("rhs_dilation", ints(&rd))
-            .with("feature_group_count", Attr::Int(c.groups))
-            .with("batch_group_count", Attr::Int(1));
+        let (rhs, attrs) = conv_kernel(&c);
         let mut lhs: Vec<Dim> = vec![Dim::Static(c.n), Dim::Static(cin), Dim::symbol("t")];
         lhs.extend(c.spatial[1..].iter().map(|&(x, ..)| Dim::Static(x)));
         let sym = one_result(Opcode::Convolution, &[&TensorType::new(DType::F32, lhs), &ty(&rhs)], attrs.clone()).unwrap();
