@@ -437,7 +437,7 @@ proptest! {
         let mut lhs: Vec<Dim> = vec![Dim::Static(c.n), Dim::Static(cin), Dim::symbol("t")];
         lhs.extend(c.spatial[1..].iter().map(|&(x, ..)| Dim::Static(x)));
         let sym = one_result(Opcode::Convolution, &[&TensorType::new(DType::F32, lhs), &ty(&rhs)], attrs.clone()).unwrap();
-        let (_, k, s, lo, hi, dl, dr) = c.spatial[0];
+        let (_, k, _, lo, hi, dl, dr) = c.spatial[0];
         for n in sizes {
             if (n - 1) * dl + 1 + lo + hi < (k - 1) * dr + 1 {
                 continue; // the window does not fit: torch guards such sizes out
