@@ -76,6 +76,22 @@ class ConvOverTime(nn.Module):
         return s, d, u, d.mean(-1), s.amax(-1)
 
 
+class GroupNormOverTime(nn.Module):
+    """wav2vec2's feature-extractor head: a convolution, then group norm over time (one group
+    per channel) and layer norm over channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 8, 5, stride=2)
+        self.gn = nn.GroupNorm(8, 8)
+        self.gn2 = nn.GroupNorm(2, 8)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):  # x [b, 1, t]
+        h = F.gelu(self.gn(self.conv(x)))
+        return self.ln(h.transpose(1, 2)), self.gn2(h)
+
+
 class RMSNormCumsum(nn.Module):
     def __init__(self):
         super().__init__()
@@ -198,6 +214,12 @@ def test_convolutions_over_a_dynamic_time_dim(tmp_path):
                    lambda n: (torch.randn(2, 4, n),), fills=FILLS)
     # Bucketed (4, 8, ..., 384), not compiled per length.
     assert len(buckets) == 8, buckets
+
+
+def test_group_norm_over_a_dynamic_time_dim(tmp_path):
+    sizes = [9, 10, 16, 33, 64, 65, 129, 300]
+    _run(tmp_path, GroupNormOverTime(), (torch.randn(2, 1, 37),), ({2: Dim("t", min=9, max=300)},), sizes,
+         lambda n: (torch.randn(2, 1, n),), fills=FILLS, rtol=1e-4, atol=1e-4)
 
 
 def test_causal_gpt2_block_export_form_attention_op(tmp_path):
