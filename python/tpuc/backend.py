@@ -426,10 +426,12 @@ class RankedGraph:
             if self.single is None:
                 self.single = self.backend.build(self.gm, self.name, self.static, self.buffers)
             return self.single(args)
-        groups = _ranks.resolve_groups(self.gm, batch, self.name)
-        key = (batch.ranks, tuple(sorted((k, tuple(map(tuple, v))) for k, v in groups.items())))
+        # The program for this rank count and these explicit groups (inferred ones follow from
+        # the process groups, which do not change while the graph lives).
+        key = (batch.ranks, tuple(sorted((k, tuple(map(tuple, v))) for k, v in batch.groups.items())))
         fn = self.by_ranks.get(key)
         if fn is None:
+            groups = _ranks.resolve_groups(self.gm, batch, self.name)
             opts = self.backend.opts
             if opts.mesh:
                 raise TpucError(f"tpuc: {self.name}: the mesh option and run_ranks exclude each other", kind="ranks",
