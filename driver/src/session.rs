@@ -675,15 +675,22 @@ fn cut_result(arr: HostArray, ty: &TensorType, layout: &tpuc_passes::specialize:
         return CutResult { bytes: arr, dims: padded };
     }
     let dims = crate::dynamic::real_dims(layout, &padded, cut);
-    // The valid box is a prefix of the buffer when every factor before the first cut one has
-    // one element and every factor after it is whole.
-    let first = cut.iter().position(|&(p, v)| p != v).expect("some factor is cut");
-    if cut[..first].iter().all(|&(p, _)| p == 1) && cut[first + 1..].iter().all(|&(p, v)| p == v) {
+    if valid_part_is_prefix(cut) {
         return CutResult { bytes: arr, dims };
     }
     let fdims: Vec<i64> = cut.iter().map(|&(p, _)| p).collect();
     let region: Vec<i64> = cut.iter().map(|&(_, v)| v).collect();
     CutResult { bytes: HostArray::from(crate::dynamic::gather_box(&arr, &fdims, &region, ty.dtype.size_bytes())), dims }
+}
+
+/// Whether the valid box of a padded row-major array (its factors as (padded, valid) pairs)
+/// is a prefix of its bytes: every factor before the first cut one has one element and every
+/// factor after it is whole.
+fn valid_part_is_prefix(cut: &[(i64, i64)]) -> bool {
+    match cut.iter().position(|&(p, v)| p != v) {
+        None => true,
+        Some(first) => cut[..first].iter().all(|&(p, _)| p == 1) && cut[first + 1..].iter().all(|&(p, v)| p == v),
+    }
 }
 
 /// The FX node an error is about, when it names one (for an import that failed at several
@@ -828,6 +835,15 @@ mod tests {
         let err = p.run(&[&x[..4]]).unwrap_err().to_string();
         assert!(err.contains("needs 8 bytes, got 4"), "{err}");
         assert!(p.set_weight(1, &x).is_err());
+    }
+
+    #[test]
+    fn a_cut_is_in_place_only_when_the_valid_part_leads_the_buffer() {
+        assert!(valid_part_is_prefix(&[(1, 1), (8, 5), (64, 64)])); // [1, n, d]: batch-1 decoding
+        assert!(valid_part_is_prefix(&[(8, 3), (4, 4)])); // padded leading dim
+        assert!(!valid_part_is_prefix(&[(4, 4), (8, 5), (64, 64)])); // [4, n, d]: rows interleave
+        assert!(!valid_part_is_prefix(&[(8, 5), (4, 2)])); // two cut factors
+        assert!(valid_part_is_prefix(&[(4, 4)]));
     }
 
     #[test]
