@@ -403,6 +403,20 @@ impl<'a> Sp<'a> {
             | Ceil | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And
             | Or | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh
             | Atanh | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex => {
+                // A prefix meeting a product of padded sizes position by position (a saved
+                // `[b*s, d]` activation and a reshaped `[b, s, d]` gradient) is regathered into
+                // the product's layout, as for contractions.
+                let (mut ins, mut lays) = (ins.to_vec(), lays.to_vec());
+                for i in 0..lays[0].len() {
+                    let product = lays.iter().map(|l| &l[i]).find(|x| x.prefix_extent().is_none()).cloned();
+                    let Some(want) = product else { continue };
+                    for k in 0..ins.len() {
+                        if matches!(lays[k][i], DimLayout::Factors(_)) && lays[k][i] != want && lays[k][i].prefix_extent().is_some() {
+                            ins[k] = self.regather(ins[k], i, &lays[k][i], &want)?;
+                            lays[k][i] = want.clone();
+                        }
+                    }
+                }
                 let mut l = lays[0].clone();
                 for (k, other) in lays.iter().enumerate().skip(1) {
                     for (i, x) in other.iter().enumerate() {
@@ -574,15 +588,40 @@ impl<'a> Sp<'a> {
                     ints("lhs_contracting_dimensions"),
                     ints("rhs_contracting_dimensions"),
                 );
+                // A contracted dim pairs position i of one side with position i of the other:
+                // both must lay it out alike. A prefix meeting a product of padded sizes (a
+                // saved `[b*s, d]` activation, padded at its end by the host, against a
+                // `[b, s, d]` gradient reshaped in the program) is regathered into the product's
+                // layout; other mismatches are errors, never a silent pairing of different rows.
+                let (mut ins, mut lays) = (ins.to_vec(), lays.to_vec());
+                let mut regathered = [false, false];
+                for (&x, &y) in lc.iter().zip(&rc) {
+                    let (x, y) = (x as usize, y as usize);
+                    let (a, b) = (lays[0][x].clone(), lays[1][y].clone());
+                    if self.unify(&a, &b, d.operands[1], y).is_ok() {
+                        continue;
+                    }
+                    let (side, dim, want) = match (a.prefix_extent(), b.prefix_extent()) {
+                        (Some(Some(_)), None) => (0, x, b),
+                        (None, Some(Some(_))) => (1, y, a),
+                        _ => {
+                            self.unify(&a, &b, d.operands[1], y)?;
+                            unreachable!("unify failed above")
+                        }
+                    };
+                    ins[side] = self.regather(ins[side], dim, &lays[side][dim], &want)?;
+                    lays[side][dim] = want;
+                    regathered[side] = true;
+                }
                 // Both sides of a padded contraction must hold 0 there (0 * NaN is NaN); a side
                 // known to hold 0 already is left alone.
                 let (mut lm, mut rm) = (Vec::new(), Vec::new());
                 for (&x, &y) in lc.iter().zip(&rc) {
                     let (x, y) = (x as usize, y as usize);
-                    if self.clean_of(d.operands[0], x) != Some(0.0) {
+                    if regathered[0] || self.clean_of(d.operands[0], x) != Some(0.0) {
                         lm.push(x);
                     }
-                    if self.clean_of(d.operands[1], y) != Some(0.0) {
+                    if regathered[1] || self.clean_of(d.operands[1], y) != Some(0.0) {
                         rm.push(y);
                     }
                 }
@@ -1523,6 +1562,54 @@ impl<'a> Sp<'a> {
     }
 
     /// `reverse` of a padded prefix along `dim`: position `i` takes `x[n - 1 - i]`.
+    /// New value `x`, whose `dim` is a prefix (`from`), laid out as the product of padded
+    /// factors `to` of the same extent: position i, read as digits over `to`'s padded sizes,
+    /// takes the row whose index those digits give over the real sizes (clamped into range
+    /// where a digit is past its extent: padding, masked by the caller).
+    fn regather(&mut self, x: ValueId, dim: usize, from: &DimLayout, to: &DimLayout) -> R<ValueId> {
+        let DimLayout::Factors(fs) = to else { return Err(self.fail("internal: regather to a layout without factors")) };
+        let total = fs.iter().fold(SymExpr::constant(1), |acc, f| acc.mul(&f.extent));
+        if from.prefix_extent() != Some(Some(&total)) {
+            return Err(self.fail(format!(
+                "dim {dim} is a prefix of {} meeting a product of padded sizes of another extent ({total})",
+                from.prefix_extent().flatten().map_or("?".to_string(), |e| e.to_string())
+            )));
+        }
+        let p: i64 = fs.iter().map(|f| f.padded).product();
+        let src = self.shape(x)[dim];
+        let t = TensorType::from_static(DType::I64, &[p]);
+        let iota = self.b().iota(t.clone(), 0).map_err(|e| self.ir(e))?;
+        let mut idx: Option<ValueId> = None;
+        let mut stride = p;
+        for (k, f) in fs.iter().enumerate() {
+            stride /= f.padded.max(1);
+            let mut digit = iota;
+            if stride > 1 {
+                let sv = self.b().splat(Scalar::Int(stride), t.clone()).map_err(|e| self.ir(e))?;
+                digit = self.b().binary(Opcode::Div, digit, sv).map_err(|e| self.ir(e))?;
+            }
+            if k > 0 {
+                let pv = self.b().splat(Scalar::Int(f.padded), t.clone()).map_err(|e| self.ir(e))?;
+                digit = self.b().binary(Opcode::Rem, digit, pv).map_err(|e| self.ir(e))?;
+            }
+            // Weight of this digit: the product of the real sizes of the factors inside it.
+            let inner = fs[k + 1..].iter().fold(SymExpr::constant(1), |acc, g| acc.mul(&g.extent));
+            if inner.as_const() != Some(1) {
+                let w = self.extent(&inner)?;
+                let wb = self.b().broadcast_in_dim(w, &[], vec![Dim::Static(p)]).map_err(|e| self.ir(e))?;
+                digit = self.b().binary(Opcode::Mul, digit, wb).map_err(|e| self.ir(e))?;
+            }
+            idx = Some(match idx {
+                None => digit,
+                Some(acc) => self.b().binary(Opcode::Add, acc, digit).map_err(|e| self.ir(e))?,
+            });
+        }
+        let idx = idx.ok_or_else(|| self.fail("internal: regather without factors"))?;
+        let hi = self.b().splat(Scalar::Int(src - 1), t).map_err(|e| self.ir(e))?;
+        let idx = self.b().binary(Opcode::Min, idx, hi).map_err(|e| self.ir(e))?;
+        self.gather_along(x, idx, dim)
+    }
+
     fn reverse_prefix(&mut self, x: ValueId, dim: usize, e: &SymExpr) -> R<ValueId> {
         let shape = self.shape(x);
         let p = shape[dim];

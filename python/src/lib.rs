@@ -314,6 +314,16 @@ impl Program {
             .collect()
     }
 
+    /// The value of signature output `k`, a symbolic size expression (`("sym", text)` in
+    /// `output_slots`), for the real sizes `sizes` (symbol -> size).
+    fn sym_output(&self, py: Python<'_>, k: usize, sizes: std::collections::BTreeMap<String, i64>) -> PyResult<i64> {
+        let err = |m: String| self.bad_input(py, m);
+        match self.inner.outputs.get(k) {
+            Some(OutputSlot::Sym(e)) => e.eval(&|s| sizes.get(s).copied()).ok_or_else(|| err(format!("output {k}: no size for a symbol of `{e}`"))),
+            _ => Err(err(format!("output {k} is not a symbolic size"))),
+        }
+    }
+
     /// `main`'s arguments: (name, kind, torch dtype name, dims, bytes).
     #[getter]
     fn args(&self) -> Vec<(String, &'static str, &'static str, Vec<i64>, usize)> {

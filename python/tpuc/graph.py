@@ -183,10 +183,22 @@ class CompiledGraph:
                 plan.append((None, slot[1]))
             elif bucket is not None and slot[1] in bucket:
                 plan.append(("size", slot[1]))
+            elif bucket is not None and self._sym_output_ok(k):
+                plan.append(("expr", k))  # a size expression (`8*s27`), evaluated per call
             else:
                 raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot[1]}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
+
+    def _sym_output(self, k: int, sizes: dict[str, int]) -> int:
+        return self.program.sym_output(k, sizes)
+
+    def _sym_output_ok(self, k: int) -> bool:
+        try:
+            self._sym_output(k, self.bucket)
+            return True
+        except TpucError:
+            return False
 
     def _upload(self, j: int, ai: int, t: torch.Tensor) -> None:
         # A tensor already resident for another program (another bucket, another graph of the
@@ -240,6 +252,8 @@ class CompiledGraph:
                 outs.append(p[1])
             elif ri == "size":
                 outs.append(sizes[p[1]])
+            elif ri == "expr":
+                outs.append(self._sym_output(p[1], sizes))
             else:
                 buf, dims = results[ri]
                 n = math.prod(dims)
