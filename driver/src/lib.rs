@@ -328,9 +328,9 @@ pub fn lower_bucket(
     options: &LowerOptions,
     emit: Emit,
 ) -> Result<BucketLowered, DriverError> {
-    if options.sharding.is_some() || options.ranks.is_some() {
+    if options.ranks.is_some() {
         return Err(DriverError::Options(
-            "a mesh or ranks with symbolic dims (buckets) is not supported yet; export with static shapes".into(),
+            "ranks with symbolic dims (buckets) are not supported yet; export with static shapes".into(),
         ));
     }
     let start = Instant::now();

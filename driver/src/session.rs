@@ -120,7 +120,7 @@ pub struct Program {
     /// An SPMD program's mesh and argument shardings (policy choices included).
     pub sharding: Option<crate::spmd::MeshSharding>,
     /// SPMD programs: per argument, a weight's shard on every device.
-    resident_shards: Vec<Option<Vec<rt::Buffer>>>,
+    resident_shards: Vec<Option<std::sync::Arc<Vec<rt::Buffer>>>>,
     /// Per-rank programs: the number of ranks (every argument is given per rank, per call).
     pub ranks: Option<i64>,
     /// Bucketed programs: host buffers the padded inputs are staged in, reused across calls.
@@ -336,7 +336,7 @@ impl Program {
             return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
         }
         if let Some(sh) = &self.sharding {
-            self.resident_shards[arg] = Some(self.upload_shards(sh, arg, bytes)?);
+            self.resident_shards[arg] = Some(std::sync::Arc::new(self.upload_shards(sh, arg, bytes)?));
             return Ok(());
         }
         let buffer = self.upload(arg, bytes)?;
@@ -369,15 +369,28 @@ impl Program {
         let (Some(mine), Some(theirs)) = (self.args.get(arg), other.args.get(other_arg)) else {
             return Err(ExecError::BadInput(format!("{}: no argument {arg}", self.name)));
         };
-        // SPMD programs keep their own shards; per-rank programs take every argument per call.
-        let own = |p: &Program| p.sharding.is_some() || p.ranks.is_some();
-        if !mine.kind.is_weight() || mine.ty != theirs.ty || own(self) || own(other) {
+        // Per-rank programs take every argument per call.
+        if !mine.kind.is_weight() || mine.ty != theirs.ty || self.ranks.is_some() || other.ranks.is_some() {
             return Ok(false);
         }
-        match other.resident.get(other_arg) {
-            Some(Some(b)) => {
-                self.resident[arg] = Some(b.clone());
-                Ok(true)
+        match (&self.sharding, &other.sharding) {
+            (None, None) => match other.resident.get(other_arg) {
+                Some(Some(b)) => {
+                    self.resident[arg] = Some(b.clone());
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+            // SPMD programs (the buckets of one graph under a mesh) share a weight's shards
+            // when they split it alike over the same mesh.
+            (Some(a), Some(b)) if a.axes == b.axes && a.args.get(&mine.name) == b.args.get(&theirs.name) => {
+                match other.resident_shards.get(other_arg) {
+                    Some(Some(shards)) => {
+                        self.resident_shards[arg] = Some(shards.clone());
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
             }
             _ => Ok(false),
         }

@@ -638,8 +638,8 @@ impl<'c> MultiDevice<'c> {
 
 /// Each device's arguments of one execute, in order: the resident weights' buffers on that
 /// device in their slots, the device's freshly uploaded user inputs, in order, in the others.
-pub(crate) fn device_argument_lists<'a>(
-    resident: &'a [Option<Vec<tpuc_runtime::Buffer>>],
+pub(crate) fn device_argument_lists<'a, R: std::borrow::Borrow<Vec<tpuc_runtime::Buffer>>>(
+    resident: &'a [Option<R>],
     uploaded: &'a [Vec<tpuc_runtime::Buffer>],
 ) -> Vec<Vec<&'a tpuc_runtime::Buffer>> {
     uploaded
@@ -650,7 +650,7 @@ pub(crate) fn device_argument_lists<'a>(
             resident
                 .iter()
                 .map(|slot| match slot {
-                    Some(per_device) => &per_device[d],
+                    Some(per_device) => &per_device.borrow()[d],
                     None => next.next().expect("one upload per user input"),
                 })
                 .collect()

@@ -463,9 +463,7 @@ class ShapeSpecialized:
         self.buckets: dict[tuple, Any] = {}
         self.picked: dict[tuple[str, int], int] = {}  # (symbol, size) -> bucket
         self.dispatch: dict[tuple, Any] = {}  # sizes seen -> their bucket's program
-        # Buckets are compiled for single-device programs; under a mesh each shape is its own
-        # (static) SPMD program.
-        bucketed = backend.opts.buckets != "off" and not backend.opts.mesh
+        bucketed = backend.opts.buckets != "off"
         self.size_plan = _size_plan(gm) if bucketed else None
 
     def __call__(self, args):
