@@ -18,7 +18,13 @@
 //!   neutral value by `select(iota < n, x, fill)` (reduction identities, 0 for matmul
 //!   contraction and convolution, -inf for softmax, the pad value for `pad`), so no NaN or
 //!   Inf can leak; ops whose valid outputs never read padding (prefix scans, causal attention,
-//!   row-wise ops) need nothing; `reverse` is rewritten as a gather from `n - 1 - i`;
+//!   row-wise ops) need nothing; `reverse` is rewritten as a gather from `n - 1 - i`; a
+//!   contraction's zero mask is placed where its operand is produced (up through reshapes,
+//!   transposes and slices that keep the dim), where XLA fuses it with the producer;
+//! - operands that pair positions (elementwise ops, contractions) must lay a padded dim out
+//!   alike: a prefix meeting a product of padded sizes of the same extent (a host-padded
+//!   `[b*s, d]` input against a reshaped `[b, s, d]`) is regathered into the product's layout;
+//!   any other mismatch is an error;
 //! - what cannot be made exact is an error naming the op, its FX node and the padded dim:
 //!   [`handling`] classifies every opcode (a test checks the table covers the op set).
 //!
