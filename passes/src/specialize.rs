@@ -450,10 +450,18 @@ impl<'a> Sp<'a> {
                 let p = ints("permutation");
                 (ins, vec![p.iter().map(|&i| lays[0][i as usize].clone()).collect()])
             }
-            Reshape => {
-                let l = self.reshape_layout(d.operands[0], &lays[0], d.results[0])?;
-                (ins, vec![l])
-            }
+            Reshape => match self.reshape_layout(d.operands[0], &lays[0], d.results[0]) {
+                Ok(l) => (ins, vec![l]),
+                Err(e) => {
+                    // A prefix split into a product of sizes (a host-padded `[b*s, v]` viewed as
+                    // `[b, s, v]`): regathered into the product's layout, the split is clean.
+                    let Some((x, lay)) = self.regather_splits(ins[0], d.operands[0], &lays[0], d.results[0])? else {
+                        return Err(e);
+                    };
+                    let l = self.reshape_layout(d.operands[0], &lay, d.results[0])?;
+                    (vec![x], vec![l])
+                }
+            },
             Slice => {
                 let (st, lim, str_) = (ints("start_indices"), ints("limit_indices"), ints("strides"));
                 let shape = self.shape(ins[0]);
@@ -1123,6 +1131,55 @@ impl<'a> Sp<'a> {
             res.push(from_factors(got));
         }
         Ok(res)
+    }
+
+    /// For a reshape of old value `x` (new `xv`, laid out `lay`) into `out`: every input dim
+    /// that is a prefix and that the reshape splits into several output dims, regathered into
+    /// the layout of those dims (their padded sizes, their real sizes from `out`'s type).
+    /// None when no dim is such a split or the sizes do not agree.
+    fn regather_splits(&mut self, xv: ValueId, x: ValueId, lay: &Layout, out: ValueId) -> R<Option<(ValueId, Layout)>> {
+        let in_shape = self.spec_type(&self.old.values[x].ty)?.static_dims().unwrap_or_default();
+        let out_shape = self.spec_type(&self.old.values[out].ty)?.static_dims().unwrap_or_default();
+        let out_dims = self.old_dims(out);
+        let (mut v, mut lay, mut changed) = (xv, lay.clone(), false);
+        for i in 0..in_shape.len() {
+            let Some(Some(extent)) = lay[i].prefix_extent() else { continue };
+            if matches!(lay[i], DimLayout::Uniform(_)) {
+                continue;
+            }
+            let extent = extent.clone();
+            // The output dims j..k that hold input dim i alone.
+            let lead: i64 = in_shape[..i].iter().product();
+            let (mut j, mut p) = (0, 1i64);
+            while j < out_shape.len() && p < lead {
+                p *= out_shape[j];
+                j += 1;
+            }
+            if p != lead {
+                continue;
+            }
+            let (mut k, mut q) = (j, 1i64);
+            while k < out_shape.len() && q < in_shape[i] {
+                q *= out_shape[k];
+                k += 1;
+            }
+            if q != in_shape[i] {
+                continue;
+            }
+            let target: Vec<Factor> = (j..k)
+                .filter(|&m| out_shape[m] != 1)
+                .map(|m| Factor { padded: out_shape[m], extent: out_dims[m].clone().unwrap_or_else(|| SymExpr::constant(out_shape[m])) })
+                .collect();
+            let total = target.iter().fold(SymExpr::constant(1), |acc, f| acc.mul(&f.extent));
+            if target.len() < 2 || total != extent {
+                continue;
+            }
+            let want = DimLayout::Factors(target);
+            v = self.regather(v, i, &lay[i], &want)?;
+            lay[i] = want;
+            changed = true;
+        }
+        Ok(changed.then_some((v, lay)))
     }
 
     fn gather_layout(&self, op: OpId, lays: &[Layout]) -> R<Layout> {
