@@ -117,6 +117,9 @@ pub struct Program {
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
     /// Positions of the user-input arguments.
     user_args: Vec<usize>,
+    /// Bucketed programs: the user arguments given as tensors (those that are not symbol
+    /// sizes), in order.
+    pub tensor_inputs: Vec<usize>,
     /// An SPMD program's mesh and argument shardings (policy choices included).
     pub sharding: Option<crate::spmd::MeshSharding>,
     /// SPMD programs: per argument, a weight's shard on every device.
@@ -248,7 +251,8 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         })?),
         None => None,
     };
-    let user_args = args.iter().enumerate().filter(|(_, a)| !a.kind.is_weight()).map(|(i, _)| i).collect();
+    let user_args: Vec<usize> = args.iter().enumerate().filter(|(_, a)| !a.kind.is_weight()).map(|(i, _)| i).collect();
+    let tensor_inputs = user_args.iter().copied().filter(|a| !size_args.iter().any(|(_, s)| s == a)).collect();
     let resident: Vec<Option<std::sync::Arc<rt::Buffer>>> = args.iter().map(|_| None).collect();
     Ok(Program {
         name: options.name.clone(),
@@ -263,6 +267,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         loaded: compiled.loaded,
         device,
         user_args,
+        tensor_inputs,
         size_args,
         result_layouts,
         resident_shards: if lowered.sharding.is_some() { resident.iter().map(|_| None).collect() } else { Vec::new() },
@@ -540,27 +545,39 @@ impl Program {
     /// to its real shape: in place when its valid part is a prefix of the padded result (a
     /// padded leading dim), else copied out.
     pub fn run_bucketed(&self, inputs: &[(&[u8], &[i64])], sizes: &crate::dynamic::Sizes) -> Result<(Vec<CutResult>, RunTimes), ExecError> {
-        let size_arg = |arg: usize| self.size_args.iter().find(|(_, a)| *a == arg).map(|(s, _)| s.as_str());
-        let tensors = self.user_args.iter().filter(|&&a| size_arg(a).is_none()).count();
-        if inputs.len() != tensors {
-            return Err(ExecError::BadInput(format!("{}: the program takes {tensors} input(s), got {}", self.name, inputs.len())));
+        if inputs.len() != self.tensor_inputs.len() {
+            return Err(ExecError::BadInput(format!(
+                "{}: the program takes {} input(s), got {}",
+                self.name,
+                self.tensor_inputs.len(),
+                inputs.len()
+            )));
+        }
+        /// Where one user argument's bytes come from.
+        enum Slot<'a> {
+            Scalar(usize),
+            Given(&'a [u8]),
+            Staged(usize, usize),
         }
         // Owned storage first (scalars of the sizes, staging for padded inputs), then slices.
         let mut scalars: Vec<[u8; 8]> = Vec::new();
         let mut staged: Vec<Vec<Line>> = Vec::new();
+        let mut slots = Vec::with_capacity(self.user_args.len());
         {
             let mut pool = self.staging.lock().unwrap_or_else(|e| e.into_inner());
             let mut next = inputs.iter();
             for &arg in &self.user_args {
-                if let Some(sym) = size_arg(arg) {
+                if let Some((sym, _)) = self.size_args.iter().find(|(_, a)| *a == arg) {
                     let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
                     scalars.push(n.to_le_bytes());
+                    slots.push(Slot::Scalar(scalars.len() - 1));
                     continue;
                 }
-                let (bytes, dims) = next.next().expect("counted above");
+                let &(bytes, dims) = next.next().expect("counted above");
                 let spec = &self.args[arg];
                 let padded = spec.ty.static_dims().unwrap_or_default();
-                if *dims == padded.as_slice() {
+                if dims == padded.as_slice() {
+                    slots.push(Slot::Given(bytes));
                     continue;
                 }
                 let esz = spec.ty.dtype.size_bytes();
@@ -579,23 +596,17 @@ impl Program {
                 let dst = &mut bytemuck::cast_slice_mut::<Line, u8>(&mut buf)[..spec.bytes];
                 crate::dynamic::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, esz);
                 staged.push(buf);
+                slots.push(Slot::Staged(staged.len() - 1, spec.bytes));
             }
         }
-        let mut views: Vec<&[u8]> = Vec::with_capacity(self.user_args.len());
-        let (mut next, mut scalar, mut stage) = (inputs.iter(), scalars.iter(), staged.iter());
-        for &arg in &self.user_args {
-            if size_arg(arg).is_some() {
-                views.push(scalar.next().expect("one per size argument"));
-                continue;
-            }
-            let (bytes, dims) = next.next().expect("counted above");
-            let spec = &self.args[arg];
-            if spec.ty.static_dims().is_some_and(|p| *dims == p.as_slice()) {
-                views.push(bytes);
-            } else {
-                views.push(&bytemuck::cast_slice::<Line, u8>(stage.next().expect("one per padded input"))[..spec.bytes]);
-            }
-        }
+        let views: Vec<&[u8]> = slots
+            .iter()
+            .map(|slot| match *slot {
+                Slot::Scalar(i) => &scalars[i][..],
+                Slot::Given(bytes) => bytes,
+                Slot::Staged(i, len) => &bytemuck::cast_slice::<Line, u8>(&staged[i])[..len],
+            })
+            .collect();
         let result = self.run(&views);
         drop(views);
         self.staging.lock().unwrap_or_else(|e| e.into_inner()).extend(staged);

@@ -612,16 +612,11 @@ impl<'a> Sp<'a> {
                 for (&x, &y) in lc.iter().zip(&rc) {
                     let (x, y) = (x as usize, y as usize);
                     let (a, b) = (lays[0][x].clone(), lays[1][y].clone());
-                    if self.unify(&a, &b, d.operands[1], y).is_ok() {
-                        continue;
-                    }
+                    let Err(mismatch) = self.unify(&a, &b, d.operands[1], y) else { continue };
                     let (side, dim, want) = match (a.prefix_extent(), b.prefix_extent()) {
                         (Some(Some(_)), None) => (0, x, b),
                         (None, Some(Some(_))) => (1, y, a),
-                        _ => {
-                            self.unify(&a, &b, d.operands[1], y)?;
-                            unreachable!("unify failed above")
-                        }
+                        _ => return Err(mismatch),
                     };
                     ins[side] = self.regather(ins[side], dim, &lays[side][dim], &want)?;
                     lays[side][dim] = want;
@@ -1487,6 +1482,23 @@ impl<'a> Sp<'a> {
         self.b().select(cond, x, fillv).map_err(|e| self.ir(e))
     }
 
+    /// One factor's index at every position of a padded dim, from the dim's `iota` (i64):
+    /// `iota / stride` (the product of the padded sizes of the factors inside it), taken
+    /// modulo the factor's padded size unless it is the outermost (`modulo` None).
+    fn factor_index(&mut self, iota: ValueId, stride: i64, modulo: Option<i64>) -> R<ValueId> {
+        let t = self.new.values[iota].ty.clone();
+        let mut idx = iota;
+        if stride > 1 {
+            let s = self.b().splat(Scalar::Int(stride), t.clone()).map_err(|e| self.ir(e))?;
+            idx = self.b().binary(Opcode::Div, idx, s).map_err(|e| self.ir(e))?;
+        }
+        if let Some(p) = modulo {
+            let p = self.b().splat(Scalar::Int(p), t).map_err(|e| self.ir(e))?;
+            idx = self.b().binary(Opcode::Rem, idx, p).map_err(|e| self.ir(e))?;
+        }
+        Ok(idx)
+    }
+
     /// A bool vector of `padded` positions: true where every factor's index is in range.
     fn valid(&mut self, padded: i64, factors: &[Factor]) -> R<ValueId> {
         let i64t = TensorType::from_static(DType::I64, &[padded]);
@@ -1498,15 +1510,7 @@ impl<'a> Sp<'a> {
             if f.extent.as_const() == Some(f.padded) {
                 continue;
             }
-            let mut idx = iota;
-            if stride > 1 {
-                let s = self.b().splat(Scalar::Int(stride), i64t.clone()).map_err(|e| self.ir(e))?;
-                idx = self.b().binary(Opcode::Div, idx, s).map_err(|e| self.ir(e))?;
-            }
-            if k > 0 {
-                let p = self.b().splat(Scalar::Int(f.padded), i64t.clone()).map_err(|e| self.ir(e))?;
-                idx = self.b().binary(Opcode::Rem, idx, p).map_err(|e| self.ir(e))?;
-            }
+            let idx = self.factor_index(iota, stride, (k > 0).then_some(f.padded))?;
             let n = self.extent(&f.extent)?;
             let nb = self.b().broadcast_in_dim(n, &[], vec![Dim::Static(padded)]).map_err(|e| self.ir(e))?;
             let c = self.b().compare(Direction::Lt, idx, nb).map_err(|e| self.ir(e))?;
@@ -1646,15 +1650,7 @@ impl<'a> Sp<'a> {
         let mut stride = p;
         for (k, f) in fs.iter().enumerate() {
             stride /= f.padded.max(1);
-            let mut digit = iota;
-            if stride > 1 {
-                let sv = self.b().splat(Scalar::Int(stride), t.clone()).map_err(|e| self.ir(e))?;
-                digit = self.b().binary(Opcode::Div, digit, sv).map_err(|e| self.ir(e))?;
-            }
-            if k > 0 {
-                let pv = self.b().splat(Scalar::Int(f.padded), t.clone()).map_err(|e| self.ir(e))?;
-                digit = self.b().binary(Opcode::Rem, digit, pv).map_err(|e| self.ir(e))?;
-            }
+            let mut digit = self.factor_index(iota, stride, (k > 0).then_some(f.padded))?;
             // Weight of this digit: the product of the real sizes of the factors inside it.
             let inner = fs[k + 1..].iter().fold(SymExpr::constant(1), |acc, g| acc.mul(&g.extent));
             if inner.as_const() != Some(1) {

@@ -422,13 +422,6 @@ impl Program {
         self.inner.size_args.clone()
     }
 
-    /// Bucketed programs: per result, per padded dim, its (padded, valid) factors for the real
-    /// sizes `sizes` (symbol -> size), outer to inner.
-    fn result_cuts(&self, py: Python<'_>, sizes: std::collections::BTreeMap<String, i64>) -> PyResult<Vec<Vec<(i64, i64)>>> {
-        let name = self.inner.name.clone();
-        self.inner.result_cuts(&sizes).map_err(|e| exec_error(py, e, &name))
-    }
-
     /// Runs with the user inputs given as DLPack capsules of contiguous host tensors, one per
     /// user argument in order (consumed: each holds its tensor's memory until the call
     /// returns). Returns one HostBuffer per result.
@@ -436,11 +429,7 @@ impl Program {
         guard(py, "Program.run", || {
             let t0 = std::time::Instant::now();
             // The owners live until the end of this function, past the execution below.
-            let owners = inputs
-                .iter()
-                .enumerate()
-                .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("input {k}: {m}"))))
-                .collect::<PyResult<Vec<_>>>()?;
+            let owners = self.consume(py, &inputs)?;
             let mut bytes: Vec<&[u8]> = Vec::with_capacity(owners.len());
             for (k, owner) in owners.iter().enumerate() {
                 let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
@@ -469,17 +458,11 @@ impl Program {
     ) -> PyResult<Vec<(HostBuffer, Vec<i64>)>> {
         guard(py, "Program.run_bucketed", || {
             let t0 = std::time::Instant::now();
-            let owners = inputs
-                .iter()
-                .enumerate()
-                .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("input {k}: {m}"))))
-                .collect::<PyResult<Vec<_>>>()?;
-            let size_args: Vec<usize> = self.inner.size_args.iter().map(|(_, a)| *a).collect();
-            let tensor_args: Vec<usize> = self.inner.user_args().iter().copied().filter(|a| !size_args.contains(a)).collect();
+            let owners = self.consume(py, &inputs)?;
             let mut views = Vec::with_capacity(owners.len());
             for (k, owner) in owners.iter().enumerate() {
                 let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
-                if let Some(spec) = tensor_args.get(k).and_then(|&a| self.inner.args.get(a)) {
+                if let Some(spec) = self.inner.tensor_inputs.get(k).and_then(|&a| self.inner.args.get(a)) {
                     if view.dtype != Some(spec.ty.dtype) {
                         return Err(self.bad_input(py, format!("input {k} (`{}`) is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())));
                     }
@@ -553,6 +536,16 @@ impl Program {
 }
 
 impl Program {
+    /// Takes over DLPack capsules (see `Consumed`): each keeps its tensor's memory alive until
+    /// dropped, past the execution that reads it.
+    fn consume(&self, py: Python<'_>, inputs: &[Bound<'_, PyAny>]) -> PyResult<Vec<Consumed>> {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("input {k}: {m}"))))
+            .collect()
+    }
+
     /// A run's outcome: its outputs, after counting the call and its times (`t0`: its start).
     fn finished<T>(
         &self,

@@ -233,6 +233,7 @@ class _Backend:
         STATS["aot_graphs"] += 1
         static: set[int] = set()
         buffers: set[int] = set()
+        meta = None
         if kind != "backward":
             ctx = torch._guards.TracingContext.try_get()
             meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
@@ -246,7 +247,6 @@ class _Backend:
             if _is_symbolic(gm):
                 raise TpucError(f"tpuc: {name}: per-rank programs (functional collectives, run_ranks) are compiled for "
                                 "static shapes: use torch.compile(..., dynamic=False)", kind="ranks", graph=name)
-            meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
             if kind == "backward" or (meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info)):
                 raise TpucError(f"tpuc: {name}: per-rank programs run forward graphs without input mutation "
                                 "(no training step, no in-place update of an argument or buffer) yet", kind="ranks", graph=name)

@@ -190,12 +190,9 @@ class CompiledGraph:
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
 
-    def _sym_output(self, k: int, sizes: dict[str, int]) -> int:
-        return self.program.sym_output(k, sizes)
-
     def _sym_output_ok(self, k: int) -> bool:
         try:
-            self._sym_output(k, self.bucket)
+            self.program.sym_output(k, self.bucket)
             return True
         except TpucError:
             return False
@@ -225,7 +222,7 @@ class CompiledGraph:
 
     def __call__(self, args, sizes: dict[str, int] | None = None):
         t0 = time.perf_counter_ns()
-        if self.ranks is not None or getattr(_ranks._ACTIVE, "batch", None) is not None:
+        if self.ranks is not None or _ranks.active() is not None:
             return self._call_ranks(args)
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
@@ -253,7 +250,7 @@ class CompiledGraph:
             elif ri == "size":
                 outs.append(sizes[p[1]])
             elif ri == "expr":
-                outs.append(self._sym_output(p[1], sizes))
+                outs.append(self.program.sym_output(p[1], sizes))
             else:
                 buf, dims = results[ri]
                 n = math.prod(dims)

@@ -3,10 +3,10 @@ once per bucket (padded, masked, exact), a decode-style loop over lengths compil
 its buckets, weights are uploaded once for all buckets and graphs, and Hugging Face generate()
 gives eager's tokens."""
 
-import os
-
 import pytest
 import torch
+from grad_check import assert_grads_match
+from make_fixtures import GPT2Block
 
 import tpuc
 
@@ -135,11 +135,6 @@ def test_training_over_changing_lengths_equals_eager():
     activation (padded at its end by the host) with a `[b, s, d]` gradient reshaped in the
     program, whose padded rows sit after every sequence; the specializer regathers the first
     into the second's layout. Weight gradients were silently wrong before."""
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures"))
-    from make_fixtures import GPT2Block
-
     torch._dynamo.reset()
     tpuc.reset_stats()
     torch.manual_seed(0)
@@ -147,13 +142,7 @@ def test_training_over_changing_lengths_equals_eager():
     compiled = torch.compile(model, backend="tpuc", options={"strict": True})
     for seq in (8, 11, 16, 5, 13):
         x = torch.randn(8, seq, 32)
-        model.zero_grad()
-        model(x).square().mean().backward()
-        want = {n: p.grad.clone() for n, p in model.named_parameters()}
-        model.zero_grad()
-        compiled(x).square().mean().backward()
-        for n, p in model.named_parameters():
-            torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5, msg=lambda m: f"seq {seq}, {n}: {m}")
+        assert_grads_match(model, lambda: model(x).square().mean(), lambda: compiled(x).square().mean(), f"seq {seq}")
     s = tpuc.stats()
     assert s.get("specializations", 0) == 0 and s["buckets"] >= 4, s
     assert s["weight_uploads"] == 12, s  # each parameter once, for every bucket and both graphs
@@ -172,11 +161,6 @@ def test_hf_gpt2_training_over_changing_lengths_equals_eager():
     compiled = torch.compile(model, backend="tpuc")
     for seq in (8, 11, 16, 5):
         ids = torch.randint(0, 64, (2, seq))
-        model.zero_grad()
-        model(input_ids=ids, labels=ids).loss.backward()
-        want = {n: p.grad.clone() for n, p in model.named_parameters()}
-        model.zero_grad()
-        compiled(input_ids=ids, labels=ids).loss.backward()
-        for n, p in model.named_parameters():
-            torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"seq {seq}, {n}: {m}")
+        assert_grads_match(model, lambda: model(input_ids=ids, labels=ids).loss,
+                           lambda: compiled(input_ids=ids, labels=ids).loss, f"seq {seq}", atol=1e-6)
     assert tpuc.stats().get("buckets", 0) >= 2, tpuc.stats()
