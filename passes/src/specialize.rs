@@ -150,7 +150,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Softmax | LogSoftmax => (Masks, "masked with -inf along the dimension"),
         LayerNorm => (Conditional, "normalized dims not padded"),
         Attention => (Conditional, "padded keys (set to 0, values too) only with is_causal and queries padded alike"),
-        Gather => (Conditional, "padded dims indexed, taken whole, or batch dims of the indices"),
+        Gather => (Conditional, "padded dims indexed, taken whole, batch dims of the indices, or batch dims laid out alike in operand and indices"),
         Scatter => (Masks, "padded index positions point out of bounds (skipped); update windows whole"),
         SelectAndScatterAdd => (Conditional, "no padded dims"),
         Sort => (Masks, "padding filled to sort last (NaN ascending, lowest descending; the sort is stable)"),
@@ -853,6 +853,8 @@ impl<'a> Sp<'a> {
                 (new_ins, vec![l])
             }
             Gather => {
+                let (mut ins, mut lays) = (ins, lays);
+                self.pair_batch_dims(op, &mut ins, &mut lays)?;
                 let l = self.gather_layout(op, &lays)?;
                 (ins, vec![l])
             }
@@ -1186,9 +1188,6 @@ impl<'a> Sp<'a> {
         let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
         let op_shape = self.spec_type(&self.old.values[d.operands[0]].ty)?.static_dims().unwrap_or_default();
         let out_rank = self.old.values[d.results[0]].ty.rank();
-        if !obatch.is_empty() && lays.iter().any(|l| l.iter().any(|x| !x.is_exact())) {
-            return Err(self.fail("batched gather with padded dims"));
-        }
         if lays[1].get(ivd).is_some_and(|x| !x.is_exact()) {
             return Err(self.fail("the index vector dim of a gather is padded"));
         }
@@ -1212,6 +1211,36 @@ impl<'a> Sp<'a> {
         Ok((0..out_rank)
             .map(|i| if offset.contains(&(i as i64)) { oi.next() } else { bi.next() }.unwrap_or(DimLayout::Exact))
             .collect())
+    }
+
+    /// A batched gather pairs operand and index positions along each batch dim, so the two must
+    /// lay it out alike: a prefix meeting a product of padded sizes of the same extent is
+    /// regathered into the product's layout (as for elementwise ops), a uniform side takes the
+    /// other's layout, and any other mismatch is an error. Both layouts are the agreed one after.
+    fn pair_batch_dims(&mut self, op: OpId, ins: &mut [ValueId], lays: &mut [Layout]) -> R<()> {
+        let d = &self.old.ops[op];
+        let ints = |n: &str| d.attrs.ints(n).unwrap_or(&[]).to_vec();
+        let index = d.operands[1];
+        for (o, i) in ints("operand_batching_dims").into_iter().zip(ints("start_indices_batching_dims")) {
+            let (o, i) = (o as usize, i as usize);
+            let (a, b) = (lays[0][o].clone(), lays[1][i].clone());
+            if a == b {
+                continue;
+            }
+            let regatherable = |x: &DimLayout| matches!(x, DimLayout::Factors(_)) && x.prefix_extent().is_some();
+            let agreed = if a.prefix_extent().is_none() && regatherable(&b) {
+                ins[1] = self.regather(ins[1], i, &b, &a)?;
+                a
+            } else if b.prefix_extent().is_none() && regatherable(&a) {
+                ins[0] = self.regather(ins[0], o, &a, &b)?;
+                b
+            } else {
+                self.unify(&a, &b, index, i)?
+            };
+            lays[0][o] = agreed.clone();
+            lays[1][i] = agreed;
+        }
+        Ok(())
     }
 
     /// A scatter's indices with every padded position pointing out of bounds (scatter skips

@@ -1,8 +1,12 @@
 //! Indexing: gather/scatter along a dim, advanced indexing (`index.Tensor`, `index_put`),
 //! `index_select`, `index_add` and the slice/select scatters.
 //!
-//! `torch.gather`/`scatter` map to StableHLO gather/scatter with a full coordinate vector per
-//! element (iotas for the other dims), which is exactly torch's element-wise definition.
+//! `torch.gather` maps to a StableHLO gather of single elements whose batch dims are the dims
+//! the index spans whole (so no iota stands in for a position along them, and a padded batch
+//! dim pairs operand and index positions directly); the index supplies the coordinate along
+//! `dim` and iotas the coordinates along dims it covers only in part. `scatter` uses a full
+//! coordinate vector per element (iotas for the other dims). Both are exactly torch's
+//! element-wise definition.
 //! Advanced indexing uses one gather whose batch dims are the broadcast index shape, placed
 //! where torch puts them (in place when the indexed dims are adjacent, else first).
 
@@ -46,18 +50,31 @@ pub(crate) fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -
     Ok(cx.b.concatenate(&parts, shape.len() as i64)?)
 }
 
-/// `x[coords[..., :]]` for every coordinate row: a gather of single elements.
-pub(crate) fn elementwise_gather(cx: &mut Ctx, x: ValueId, coords: ValueId) -> R<ValueId> {
-    let r = cx.rank(x) as i64;
-    let all: Vec<i64> = (0..r).collect();
+/// `torch.gather(x, dim, idx)`: `x` at `idx` along `dim`, element by element (the result has
+/// `idx`'s shape). Dims other than `dim` where `idx` spans `x` whole are batch dims of the
+/// gather; the rest take iota coordinates.
+pub(crate) fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -> R<ValueId> {
+    let (xd, id) = (cx.dims(x), cx.dims(idx));
+    let r = xd.len();
+    let batch: Vec<i64> = (0..r).filter(|&j| j != dim && xd[j] == id[j]).map(|j| j as i64).collect();
+    let indexed: Vec<i64> = (0..r as i64).filter(|j| !batch.contains(j)).collect();
+    let mut col = id.clone();
+    col.push(Dim::Static(1));
+    let mut parts = Vec::with_capacity(indexed.len());
+    for &j in &indexed {
+        let j = j as usize;
+        let v = if j == dim { cx.convert(idx, DType::I64)? } else { cx.iota(DType::I64, &id, j)? };
+        parts.push(cx.reshape(v, col.clone())?);
+    }
+    let coords = if parts.len() == 1 { parts[0] } else { cx.b.concatenate(&parts, r as i64)? };
     let attrs = Attrs::new()
         .with("offset_dims", Attr::Ints(vec![]))
-        .with("collapsed_slice_dims", Attr::Ints(all.clone()))
-        .with("operand_batching_dims", Attr::Ints(vec![]))
-        .with("start_indices_batching_dims", Attr::Ints(vec![]))
-        .with("start_index_map", Attr::Ints(all))
-        .with("index_vector_dim", Attr::Int(r))
-        .with("slice_sizes", Attr::Ints(vec![1; r as usize]));
+        .with("collapsed_slice_dims", Attr::Ints(indexed.clone()))
+        .with("operand_batching_dims", Attr::Ints(batch.clone()))
+        .with("start_indices_batching_dims", Attr::Ints(batch))
+        .with("start_index_map", Attr::Ints(indexed))
+        .with("index_vector_dim", Attr::Int(r as i64))
+        .with("slice_sizes", Attr::Ints(vec![1; r]));
     Ok(cx.b.build1(O::Gather, &[x, coords], attrs, None)?)
 }
 
@@ -102,8 +119,7 @@ fn gather(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = at_least_1d(cx, x0)?;
     let idx = at_least_1d(cx, idx)?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
-    let coords = full_coords(cx, idx, dim, cx.rank(x))?;
-    let g = elementwise_gather(cx, x, coords)?;
+    let g = gather_along(cx, x, idx, dim)?;
     if scalar {
         return one(cx.reshape(g, vec![])?);
     }
@@ -551,6 +567,9 @@ fn mean_of(cx: &mut Ctx, r: ValueId, x: ValueId, counts: ValueId, hit: ValueId, 
 /// `self` with `self[..., start:end:step, ...] = src` along `dim`.
 pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
     let dims = cx.dims(x);
+    if let Some(Dim::Sym(n)) = dims.get(dim) {
+        return slice_scatter_tail(cx, x, src, dim, n.clone(), start, end, step);
+    }
     let n = static_of(dims.get(dim).ok_or("dim out of range")?, "slice_scatter dim")?;
     if step <= 0 {
         return err("slice_scatter step must be positive");
@@ -592,6 +611,40 @@ pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start
         let on = cx.cmp(Direction::Eq, rem, z)?;
         m = cx.bin(O::And, m, on)?;
     }
+    let mb = cx.b.broadcast_in_dim(m, &[dim as i64], dims)?;
+    cx.select(mb, padded, x)
+}
+
+/// `slice_scatter` along a symbolic dim of size `n`: the slice `[start:]` with step 1 (what a
+/// slice's backward writes, e.g. `logits[:, k:]`), so the written part is the tail `n - start`.
+#[allow(clippy::too_many_arguments)]
+fn slice_scatter_tail(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, n: SymExpr, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
+    let s = start.unwrap_or(0);
+    if step != 1 || s < 0 || end.is_some() {
+        return err(format!(
+            "slice_scatter along the symbolic dim {n} takes a slice [start:] with start >= 0 and step 1, got [{}:{}:{step}]",
+            start.map_or(String::new(), |v| v.to_string()),
+            end.map_or(String::new(), |v| v.to_string())
+        ));
+    }
+    let (dims, sd) = (cx.dims(x), cx.dims(src));
+    let mut want = dims.clone();
+    want[dim] = Dim::Sym(n.sub(&SymExpr::constant(s)));
+    if sd != want {
+        return err(format!("slice_scatter src {} does not fit the slice [{s}:] of {}", cx.ty(src), cx.ty(x)));
+    }
+    let src = cx.convert(src, cx.dtype(x))?;
+    if s == 0 {
+        return Ok(src);
+    }
+    let r = dims.len();
+    let (mut lo, hi, interior) = (vec![0i64; r], vec![0i64; r], vec![0i64; r]);
+    lo[dim] = s;
+    let zero = cx.scalar(Scalar::Int(0), cx.dtype(x))?;
+    let padded = cx.b.pad(src, zero, &lo, &hi, &interior)?;
+    let io = cx.iota(DType::I64, &[dims[dim].clone()], 0)?;
+    let sv = cx.full_like(Scalar::Int(s), io)?;
+    let m = cx.cmp(Direction::Ge, io, sv)?;
     let mb = cx.b.broadcast_in_dim(m, &[dim as i64], dims)?;
     cx.select(mb, padded, x)
 }

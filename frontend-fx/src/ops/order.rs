@@ -15,7 +15,7 @@
 //! Searching a sorted sequence (`searchsorted`, `bucketize`) counts, for each value, the
 //! elements of its row below it (or at most it, for `right`).
 
-use super::index::{elementwise_gather, full_coords};
+use super::index::gather_along;
 use super::reduce::sort_v;
 use super::*;
 use Opcode as O;
@@ -35,8 +35,7 @@ pub const OPS: &[(&str, OpFn)] = &[
 
 /// `x` along `dim` at one position per row: `pos` has `x`'s shape with `dim` of size 1.
 fn pick(cx: &mut Ctx, x: ValueId, dim: usize, pos: ValueId) -> R<ValueId> {
-    let coords = full_coords(cx, pos, dim, cx.rank(x))?;
-    elementwise_gather(cx, x, coords)
+    gather_along(cx, x, pos, dim)
 }
 
 /// The values and indices of `x` at `pos` (per row, along `dim`) of the sorted rows, with
@@ -265,8 +264,7 @@ fn searchsorted(cx: &mut Ctx) -> R<Vec<Val>> {
     let seq = match cx.opt_t("sorter")? {
         Some(sorter) => {
             let last = cx.rank(seq).saturating_sub(1);
-            let coords = full_coords(cx, sorter, last, cx.rank(seq))?;
-            elementwise_gather(cx, seq, coords)?
+            gather_along(cx, seq, sorter, last)?
         }
         None => seq,
     };

@@ -55,8 +55,7 @@ pub(super) fn nll_loss_forward(cx: &mut Ctx) -> R<Vec<Val>> {
     let (w, safe) = crate::ops::backward::nll_weights(cx, target, weight, ignore, dt)?;
     let idx = crate::ops::shape::unsqueeze_v(cx, safe, cdim as i64)?;
     // picked = x.gather(cdim, target.unsqueeze(cdim)).squeeze(cdim)
-    let coords = crate::ops::index::full_coords(cx, idx, cdim, r)?;
-    let picked = crate::ops::index::elementwise_gather(cx, x, coords)?;
+    let picked = crate::ops::index::gather_along(cx, x, idx, cdim)?;
     let picked = cx.reshape(picked, cx.dims(w))?;
     let l = cx.bin(O::Mul, picked, w)?;
     let l = cx.un(O::Neg, l)?;
