@@ -382,8 +382,8 @@ pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloa
         }
     }
     for (i, e) in &sym_inputs {
-        if let (Some(s), Some(&v)) = (e.as_symbol(), block_args.get(*i)) {
-            sym_args.insert(s.to_string(), v);
+        if let Some(&v) = block_args.get(*i) {
+            sym_args.entry(e.clone()).or_insert(v);
         }
     }
 

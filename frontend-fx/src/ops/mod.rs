@@ -137,8 +137,9 @@ pub struct State<'p> {
     pub env: schema::FastMap<String, Val>,
     pub metas: &'p schema::FastMap<String, schema::TensorMeta>,
     pub uses: schema::FastSet<String>,
-    /// Symbol name → the SymInt argument carrying its value at run time.
-    pub sym_args: HashMap<String, ValueId>,
+    /// Size expression → the SymInt argument carrying its value at run time (a symbol, or an
+    /// expression such as `48*s0` that aot_autograd hands a backward graph).
+    pub sym_args: HashMap<SymExpr, ValueId>,
     /// torch symbol name → module symbol name.
     pub rename: HashMap<String, String>,
 }
@@ -553,19 +554,55 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
     }
 
-    /// A SymInt as an operand: a constant, or the SymInt argument carrying the symbol.
+    /// A SymInt as an operand: a constant, the SymInt argument carrying it, or its value
+    /// computed from the arguments carrying its symbols.
     pub fn sym_operand(&mut self, e: &SymExpr) -> R<Operand> {
         if let Some(c) = e.as_const() {
             return Ok(Operand::N(Num::Int(c)));
         }
-        if let Some(s) = e.as_symbol() {
-            if let Some(&v) = self.st.sym_args.get(s) {
-                return Ok(Operand::W(v));
-            }
+        match self.sym_value(e)? {
+            Some(v) => Ok(Operand::W(v)),
+            None => err(format!(
+                "the symbolic size `{e}` is used as data; tpuc has no run-time value for it (pass it as a SymInt input)"
+            )),
         }
-        err(format!(
-            "the symbolic size `{e}` is used as data; tpuc has no run-time value for it (pass it as a SymInt input)"
-        ))
+    }
+
+    /// The run-time value of a size expression as an i64 scalar, when every symbol in it (or
+    /// the whole expression) arrives as a SymInt argument: sums of products of symbols, and
+    /// `floordiv`/`mod` by constants (sizes are never negative, so truncation is floor).
+    fn sym_value(&mut self, e: &SymExpr) -> R<Option<ValueId>> {
+        if let Some(&v) = self.st.sym_args.get(e) {
+            return Ok(Some(v));
+        }
+        let int = |cx: &mut Self, c: i64| cx.scalar(Scalar::Int(c), DType::I64);
+        let mut sum: Option<ValueId> = None;
+        for (coeff, atoms) in e.terms() {
+            let mut term = if coeff == 1 && !atoms.is_empty() { None } else { Some(int(self, coeff)?) };
+            for a in atoms {
+                let f = match a {
+                    tpuc_ir::Atom::Sym(s) => match self.st.sym_args.get(&SymExpr::symbol(s.clone())) {
+                        Some(&v) => v,
+                        None => return Ok(None),
+                    },
+                    tpuc_ir::Atom::FloorDiv(x, c) | tpuc_ir::Atom::Mod(x, c) => {
+                        let Some(x) = self.sym_value(x)? else { return Ok(None) };
+                        let c = int(self, *c)?;
+                        self.bin(if matches!(a, tpuc_ir::Atom::FloorDiv(..)) { Opcode::Div } else { Opcode::Rem }, x, c)?
+                    }
+                };
+                term = Some(match term {
+                    None => f,
+                    Some(t) => self.bin(Opcode::Mul, t, f)?,
+                });
+            }
+            let t = term.expect("a term has a coefficient or atoms");
+            sum = Some(match sum {
+                None => t,
+                Some(acc) => self.bin(Opcode::Add, acc, t)?,
+            });
+        }
+        Ok(sum)
     }
 
     // ---------------------------------------------------------------- outputs
