@@ -75,6 +75,12 @@ fi
 want_sum="$(sha256sum "$REQ" | cut -d' ' -f1)"
 have_sum="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want_sum" != "$have_sum" ] || [ -n "${TPUC_SETUP_FORCE_PIP:-}" ]; then
+  # The requirements take ~7 GB installed and the Rust build ~15 GB more; say so up front
+  # rather than fail half-way through an install with ENOSPC.
+  free_kb="$(df -Pk "$ROOT" | awk 'NR == 2 { print $4 }')"
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
+    die "only $((free_kb / 1024 / 1024)) GiB free on $(df -P "$ROOT" | awk 'NR == 2 { print $6 }'); the venv needs ~7 GiB and the build ~15 GiB more"
+  fi
   say "pip install -r requirements-dev.txt (torch is a ~3 GB download the first time)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off -r "$REQ"
   printf '%s\n' "$want_sum" > "$STAMP"
