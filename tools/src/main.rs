@@ -978,7 +978,6 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         let compiled = compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &format!("{label} [{name}]"))?;
         tracing::info!("bucket {name}: {}", compiled.summary.line());
         let module = &bl.lowered.module;
-        let runner = tpuc_driver::exec::Runner::new(&compiled, module, &bl.lowered.weights).map_err(DriverError::from)?;
         let types = dynamic::user_input_types(module);
         if types.len() != inputs.len() {
             return Err(Failure::User(format!("the program takes {} input(s), got {}", types.len(), inputs.len())));
@@ -991,10 +990,22 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             let n = sizes[sym];
             padded.push((format!("the size of `{sym}`"), HostTensor { dtype: tpuc_ir::DType::I64, dims: vec![], bytes: n.to_le_bytes().to_vec() }));
         }
-        let (outs, _) = runner.run(&padded).map_err(DriverError::from)?;
-        for _ in 1..a.repeat.max(1) {
-            times.push(runner.run(&padded).map_err(DriverError::from)?.1);
-        }
+        // Under a mesh the bucket is an SPMD program: the padded inputs are split over the
+        // devices and the real sizes ride along replicated.
+        let outs = if let Some(sh) = &bl.lowered.sharding {
+            if a.repeat > 1 {
+                return Err(Failure::User("--repeat times single-device runs; not a --mesh bucket".into()));
+            }
+            let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, module, &bl.lowered.weights, sh).map_err(DriverError::from)?;
+            runner.run(&padded).map_err(DriverError::from)?
+        } else {
+            let runner = tpuc_driver::exec::Runner::new(&compiled, module, &bl.lowered.weights).map_err(DriverError::from)?;
+            let (outs, _) = runner.run(&padded).map_err(DriverError::from)?;
+            for _ in 1..a.repeat.max(1) {
+                times.push(runner.run(&padded).map_err(DriverError::from)?.1);
+            }
+            outs
+        };
         let outputs = outs
             .iter()
             .zip(&bl.result_layouts)
