@@ -328,11 +328,6 @@ pub fn lower_bucket(
     options: &LowerOptions,
     emit: Emit,
 ) -> Result<BucketLowered, DriverError> {
-    if options.ranks.is_some() {
-        return Err(DriverError::Options(
-            "ranks with symbolic dims (buckets) are not supported yet; export with static shapes".into(),
-        ));
-    }
     let start = Instant::now();
     let spec = tpuc_passes::specialize::specialize(module, bucket)?;
     let specialize_time = start.elapsed();

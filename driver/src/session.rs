@@ -575,26 +575,16 @@ impl Program {
                 }
                 let &(bytes, dims) = next.next().expect("counted above");
                 let spec = &self.args[arg];
-                let padded = spec.ty.static_dims().unwrap_or_default();
-                if dims == padded.as_slice() {
+                if !self.needs_padding(arg, bytes, dims)? {
                     slots.push(Slot::Given(bytes));
                     continue;
-                }
-                let esz = spec.ty.dtype.size_bytes();
-                let real: i64 = dims.iter().product();
-                if dims.len() != padded.len() || dims.iter().zip(&padded).any(|(d, p)| d > p || *d < 0) || bytes.len() != real as usize * esz {
-                    return Err(ExecError::BadInput(format!(
-                        "{}: input `{}` of shape {dims:?} does not fit the bucket's {}",
-                        self.name, spec.name, spec.ty
-                    )));
                 }
                 let lines = spec.bytes.div_ceil(64);
                 let mut buf = match pool.iter().position(|b| b.len() >= lines) {
                     Some(i) => pool.swap_remove(i),
                     None => vec![Line([0; 64]); lines],
                 };
-                let dst = &mut bytemuck::cast_slice_mut::<Line, u8>(&mut buf)[..spec.bytes];
-                crate::dynamic::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, esz);
+                self.pad_into(arg, bytes, dims, &mut bytemuck::cast_slice_mut::<Line, u8>(&mut buf)[..spec.bytes]);
                 staged.push(buf);
                 slots.push(Slot::Staged(staged.len() - 1, spec.bytes));
             }
@@ -618,6 +608,76 @@ impl Program {
             out.push(cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), &cut));
         }
         Ok((out, times))
+    }
+
+    /// Whether argument `arg`, given as `bytes` of real shape `dims`, must be padded to its
+    /// bucket's shape; an error when it does not fit the bucket.
+    fn needs_padding(&self, arg: usize, bytes: &[u8], dims: &[i64]) -> Result<bool, ExecError> {
+        let spec = &self.args[arg];
+        let padded = spec.ty.static_dims().unwrap_or_default();
+        if dims == padded.as_slice() {
+            return Ok(false);
+        }
+        let real: i64 = dims.iter().product();
+        if dims.len() != padded.len() || dims.iter().zip(&padded).any(|(d, p)| d > p || *d < 0) || bytes.len() != real as usize * spec.ty.dtype.size_bytes() {
+            return Err(ExecError::BadInput(format!("{}: input `{}` of shape {dims:?} does not fit the bucket's {}", self.name, spec.name, spec.ty)));
+        }
+        Ok(true)
+    }
+
+    /// Copies argument `arg`'s real-shaped `bytes` into the corner of `dst`, its bucket-shaped
+    /// buffer (the rest is left as it is: the program masks it).
+    fn pad_into(&self, arg: usize, bytes: &[u8], dims: &[i64], dst: &mut [u8]) {
+        let ty = &self.args[arg].ty;
+        let padded = ty.static_dims().unwrap_or_default();
+        crate::dynamic::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, ty.dtype.size_bytes());
+    }
+
+    /// Runs a bucketed per-rank program: `per_rank[r]` holds rank r's value of every argument
+    /// of `main` but the size arguments, each as dense bytes of its real shape. Each is padded
+    /// to the bucket, the real sizes are added from `sizes`, all ranks run (as in
+    /// [`Program::run_ranks`]) and every rank's results are cut to their real shapes.
+    pub fn run_ranks_bucketed(&self, per_rank: &[Vec<(&[u8], &[i64])>], sizes: &crate::dynamic::Sizes) -> Result<Vec<Vec<CutResult>>, ExecError> {
+        let given = self.args.len() - self.size_args.len();
+        let mut owned: Vec<Vec<std::borrow::Cow<'_, [u8]>>> = Vec::with_capacity(per_rank.len());
+        for (r, inputs) in per_rank.iter().enumerate() {
+            if inputs.len() != given {
+                return Err(ExecError::BadInput(format!("{}: rank {r}: the program takes {given} argument(s), got {}", self.name, inputs.len())));
+            }
+            let mut next = inputs.iter();
+            let mut row = Vec::with_capacity(self.args.len());
+            for arg in 0..self.args.len() {
+                if let Some((sym, _)) = self.size_args.iter().find(|(_, a)| *a == arg) {
+                    let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
+                    row.push(std::borrow::Cow::Owned(n.to_le_bytes().to_vec()));
+                    continue;
+                }
+                let &(bytes, dims) = next.next().expect("counted above");
+                if self.needs_padding(arg, bytes, dims)? {
+                    let mut buf = vec![0u8; self.args[arg].bytes];
+                    self.pad_into(arg, bytes, dims, &mut buf);
+                    row.push(std::borrow::Cow::Owned(buf));
+                } else {
+                    row.push(std::borrow::Cow::Borrowed(bytes));
+                }
+            }
+            owned.push(row);
+        }
+        let views: Vec<Vec<&[u8]>> = owned.iter().map(|row| row.iter().map(|c| c.as_ref()).collect()).collect();
+        let outputs = self.run_ranks(&views)?;
+        let cuts = self.result_cuts(sizes)?;
+        let none = Vec::new();
+        Ok(outputs
+            .into_iter()
+            .map(|outs| {
+                outs.into_iter()
+                    .zip(&self.results)
+                    .zip(&cuts)
+                    .enumerate()
+                    .map(|(k, ((arr, ty), cut))| cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), cut))
+                    .collect()
+            })
+            .collect())
     }
 
     /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of

@@ -109,6 +109,9 @@ fn guard<T>(py: Python<'_>, what: &str, f: impl FnOnce() -> PyResult<T>) -> PyRe
     }
 }
 
+/// A bucketed program's result: its buffer (beginning with the values) and real dims.
+type CutBuffer = (HostBuffer, Vec<i64>);
+
 /// Result bytes owned by Rust, exposed through the buffer protocol (writable, one byte per
 /// item) so that `torch.frombuffer` wraps them without a copy.
 #[pyclass(module = "tpuc._C")]
@@ -455,7 +458,7 @@ impl Program {
         py: Python<'_>,
         inputs: Vec<Bound<'_, PyAny>>,
         sizes: std::collections::BTreeMap<String, i64>,
-    ) -> PyResult<Vec<(HostBuffer, Vec<i64>)>> {
+    ) -> PyResult<Vec<CutBuffer>> {
         guard(py, "Program.run_bucketed", || {
             let t0 = std::time::Instant::now();
             let owners = self.consume(py, &inputs)?;
@@ -484,17 +487,7 @@ impl Program {
     /// in order, as DLPack capsules of contiguous host tensors. Returns each rank's results.
     fn run_ranks(&self, py: Python<'_>, per_rank: Vec<Vec<Bound<'_, PyAny>>>) -> PyResult<Vec<Vec<HostBuffer>>> {
         guard(py, "Program.run_ranks", || {
-            let owners = per_rank
-                .iter()
-                .enumerate()
-                .map(|(r, inputs)| {
-                    inputs
-                        .iter()
-                        .enumerate()
-                        .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}"))))
-                        .collect::<PyResult<Vec<_>>>()
-                })
-                .collect::<PyResult<Vec<_>>>()?;
+            let owners = self.consume_per_rank(py, &per_rank)?;
             let mut bytes: Vec<Vec<&[u8]>> = Vec::with_capacity(owners.len());
             for (r, mine) in owners.iter().enumerate() {
                 let mut row = Vec::with_capacity(mine.len());
@@ -517,6 +510,48 @@ impl Program {
         })
     }
 
+    /// Runs a bucketed per-rank program: `per_rank[r]` holds rank r's value of every argument
+    /// of `main` but the size arguments, in order, at their real sizes (DLPack capsules of
+    /// contiguous host tensors), with `sizes` the real size of every symbol. Returns each
+    /// rank's results, each as its buffer and real dims (see `session::CutResult`).
+    fn run_ranks_bucketed(
+        &self,
+        py: Python<'_>,
+        per_rank: Vec<Vec<Bound<'_, PyAny>>>,
+        sizes: std::collections::BTreeMap<String, i64>,
+    ) -> PyResult<Vec<Vec<CutBuffer>>> {
+        guard(py, "Program.run_ranks_bucketed", || {
+            let owners = self.consume_per_rank(py, &per_rank)?;
+            let given: Vec<usize> = (0..self.inner.args.len()).filter(|a| !self.inner.size_args.iter().any(|(_, s)| s == a)).collect();
+            let mut views = Vec::with_capacity(owners.len());
+            for (r, mine) in owners.iter().enumerate() {
+                let mut row = Vec::with_capacity(mine.len());
+                for (k, owner) in mine.iter().enumerate() {
+                    let view = owner.host_view().map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}")))?;
+                    if let Some(spec) = given.get(k).and_then(|&a| self.inner.args.get(a)) {
+                        if view.dtype != Some(spec.ty.dtype) {
+                            return Err(self.bad_input(py, format!("rank {r}: argument `{}` is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())));
+                        }
+                    }
+                    row.push(view);
+                }
+                views.push(row);
+            }
+            let pairs: Vec<Vec<(&[u8], &[i64])>> = views.iter().map(|row| row.iter().map(|v| (v.bytes, v.dims.as_slice())).collect()).collect();
+            let inner = &self.inner;
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run_ranks_bucketed(&pairs, &sizes))));
+            drop(pairs);
+            drop(views);
+            drop(owners);
+            let outputs = match result {
+                Ok(r) => r.map_err(|e| exec_error(py, e, &self.inner.name))?,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            Ok(outputs.into_iter().map(|o| o.into_iter().map(|c| (HostBuffer { data: c.bytes }, c.dims)).collect()).collect())
+        })
+    }
+
     /// The number of ranks of a per-rank program (None otherwise).
     #[getter]
     fn ranks(&self) -> Option<i64> {
@@ -536,6 +571,21 @@ impl Program {
 }
 
 impl Program {
+    /// Takes every rank's DLPack capsules (see `consume`).
+    fn consume_per_rank(&self, py: Python<'_>, per_rank: &[Vec<Bound<'_, PyAny>>]) -> PyResult<Vec<Vec<Consumed>>> {
+        per_rank
+            .iter()
+            .enumerate()
+            .map(|(r, inputs)| {
+                inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| Consumed::take(t).map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}"))))
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .collect()
+    }
+
     /// Takes over DLPack capsules (see `Consumed`): each keeps its tensor's memory alive until
     /// dropped, past the execution that reads it.
     fn consume(&self, py: Python<'_>, inputs: &[Bound<'_, PyAny>]) -> PyResult<Vec<Consumed>> {

@@ -244,13 +244,13 @@ class _Backend:
         checks = _lift_error_checks(gm)
         collectives = _has_collectives(gm)
         if collectives or _ranks.active() is not None:
-            if _is_symbolic(gm):
-                raise TpucError(f"tpuc: {name}: per-rank programs (functional collectives, run_ranks) are compiled for "
-                                "static shapes: use torch.compile(..., dynamic=False)", kind="ranks", graph=name)
             if kind == "backward" or (meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info)):
                 raise TpucError(f"tpuc: {name}: per-rank programs run forward graphs without input mutation "
                                 "(no training step, no in-place update of an argument or buffer) yet", kind="ranks", graph=name)
-            inner = RankedGraph(self, gm, name, static, buffers, collectives)
+            if _is_symbolic(gm):
+                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives)
+            else:
+                inner = RankedGraph(self, gm, name, static, buffers, collectives)
         elif _is_symbolic(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
@@ -407,14 +407,36 @@ class RankedGraph:
     A graph without collectives also runs on one device outside `run_ranks`."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 collectives: bool):
+                 collectives: bool, bucket: dict[str, int] | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         self.backend, self.gm, self.name, self.static, self.buffers = backend, gm, name, static, buffers
         self.collectives = collectives
+        self.bucket = bucket  # a bucket of a graph with symbolic sizes (see ShapeSpecialized)
         self.by_ranks: dict[tuple, Any] = {}
         self.single = None
 
-    def __call__(self, args):
+    def program(self, batch):
+        """The program for the rank count and explicit groups of `batch` (inferred groups follow
+        from the process groups, which do not change while the graph lives), compiled if new."""
+        from .graph import CompiledGraph
+
+        key = (batch.ranks, tuple(sorted((k, tuple(map(tuple, v))) for k, v in batch.groups.items())))
+        fn = self.by_ranks.get(key)
+        if fn is None:
+            groups = _ranks.resolve_groups(self.gm, batch, self.name)
+            opts = self.backend.opts
+            if opts.mesh:
+                raise TpucError(f"tpuc: {self.name}: the mesh option and run_ranks exclude each other", kind="ranks",
+                                graph=self.name)
+            fn = CompiledGraph(self.gm, f"{self.name}_r{batch.ranks}", self.static, self.buffers, opts,
+                               bucket=self.bucket, ranks=batch.ranks, groups=groups)
+            if not fn.can_run:
+                raise TpucError(f"tpuc: {self.name}: compiled for {opts.target}, which this host cannot run",
+                                kind="ranks", graph=self.name)
+            self.by_ranks[key] = fn
+        return fn
+
+    def __call__(self, args, sizes: dict[str, int] | None = None):
         from .graph import CompiledGraph
 
         batch = _ranks.active()
@@ -424,24 +446,12 @@ class RankedGraph:
                                 "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks",
                                 graph=self.name)
             if self.single is None:
-                self.single = self.backend.build(self.gm, self.name, self.static, self.buffers)
-            return self.single(args)
-        # The program for this rank count and these explicit groups (inferred ones follow from
-        # the process groups, which do not change while the graph lives).
-        key = (batch.ranks, tuple(sorted((k, tuple(map(tuple, v))) for k, v in batch.groups.items())))
-        fn = self.by_ranks.get(key)
-        if fn is None:
-            groups = _ranks.resolve_groups(self.gm, batch, self.name)
-            opts = self.backend.opts
-            if opts.mesh:
-                raise TpucError(f"tpuc: {self.name}: the mesh option and run_ranks exclude each other", kind="ranks",
-                                graph=self.name)
-            fn = self.by_ranks[key] = CompiledGraph(self.gm, f"{self.name}_r{batch.ranks}", self.static, self.buffers,
-                                                    opts, ranks=batch.ranks, groups=groups)
-            if not fn.can_run:
-                raise TpucError(f"tpuc: {self.name}: compiled for {opts.target}, which this host cannot run",
-                                kind="ranks", graph=self.name)
-        return fn(args)
+                self.single = (self.backend.build(self.gm, self.name, self.static, self.buffers) if self.bucket is None
+                               else CompiledGraph(self.gm, self.name, self.static, self.buffers, self.backend.opts,
+                                                  bucket=self.bucket))
+            return self.single(args) if self.bucket is None else self.single(args, sizes)
+        fn = self.program(batch)
+        return fn(args) if self.bucket is None else fn(args, sizes)
 
 
 class ShapeSpecialized:
@@ -452,8 +462,12 @@ class ShapeSpecialized:
     an op that cannot be bucketed), the graph is retraced with make_fx on the real inputs
     (static shapes) and compiled once per concrete shape."""
 
-    def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):
+    def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
+                 ranked: bool | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
+        # A per-rank graph (`ranked`: whether it has collectives): every bucket (or shape) is a
+        # RankedGraph, compiled for the rank count of the `run_ranks` call.
+        self.ranked = ranked
         self.backend = backend
         self.gm = gm
         self.name = name
@@ -480,7 +494,11 @@ class ShapeSpecialized:
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
         fn = self.cache.get(key)
         if fn is None:
-            fn = self.backend.build(self._retrace(args), f"{self.name}_s{len(self.cache)}", self.static, self.buffers)
+            gm, name = _retrace(self.gm, args), f"{self.name}_s{len(self.cache)}"
+            if self.ranked is not None:
+                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked)
+            else:
+                fn = self.backend.build(gm, name, self.static, self.buffers)
             self.cache[key] = fn
             STATS["specializations"] += 1
         return fn(args)
@@ -502,16 +520,22 @@ class ShapeSpecialized:
         fn = self.buckets.get(key)
         if fn is None:
             label = ",".join(f"{k}={v}" for k, v in key)
+            name = f"{self.name}_b{len(self.buckets)}"
             try:
-                fn = CompiledGraph(self.gm, f"{self.name}_b{len(self.buckets)}", self.static, self.buffers,
-                                   self.backend.opts, bucket=bucket)
+                if self.ranked is not None:
+                    fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, self.ranked, bucket=bucket)
+                    batch = _ranks.active()
+                    if batch is not None:
+                        fn.program(batch)  # compiled now, so that a bucket it cannot be falls back here
+                else:
+                    fn = CompiledGraph(self.gm, name, self.static, self.buffers, self.backend.opts, bucket=bucket)
             except TpucError as e:
                 if self.backend.opts.strict or e.kind == "recompile":
                     raise
                 log.debug("%s: cannot bucket (%s); compiling per shape instead", self.name, e)
                 self.size_plan = None
                 return self(args)
-            if not fn.can_run:
+            if not getattr(fn, "can_run", True):
                 self.size_plan = None
                 return self(args)
             log.debug("%s: bucket %s compiled for sizes %s", self.name, label, sizes)
@@ -520,14 +544,16 @@ class ShapeSpecialized:
         self.dispatch[tuple(sizes.values())] = fn
         return fn(args, sizes)
 
-    def _retrace(self, args) -> torch.fx.GraphModule:
-        import torch.fx.traceback as fx_traceback
-        from torch.fx.experimental.proxy_tensor import make_fx
 
-        interp = torch.fx.Interpreter(self.gm)
+def _retrace(gm: torch.fx.GraphModule, args) -> torch.fx.GraphModule:
+    """`gm` traced again at the concrete shapes of `args` (static sizes), keeping node metadata."""
+    import torch.fx.traceback as fx_traceback
+    from torch.fx.experimental.proxy_tensor import make_fx
 
-        def run(*a):
-            return interp.run(*a)
+    interp = torch.fx.Interpreter(gm)
 
-        with fx_traceback.preserve_node_meta(), torch.no_grad():
-            return make_fx(run, tracing_mode="fake")(*args)
+    def run(*a):
+        return interp.run(*a)
+
+    with fx_traceback.preserve_node_meta(), torch.no_grad():
+        return make_fx(run, tracing_mode="fake")(*args)

@@ -223,7 +223,7 @@ class CompiledGraph:
     def __call__(self, args, sizes: dict[str, int] | None = None):
         t0 = time.perf_counter_ns()
         if self.ranks is not None or _ranks.active() is not None:
-            return self._call_ranks(args)
+            return self._call_ranks(args, sizes)
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
             t = args[ph] if ph < self.num_args else consts[ph]
@@ -241,7 +241,13 @@ class CompiledGraph:
         """A bucketed program's call: the inputs at their real sizes (the extension pads them
         into reused staging buffers and passes the real sizes), the results cut to their real
         shapes (in place where the valid part is a prefix)."""
-        results = self.program.run_bucketed(self._user_inputs(args), sizes)
+        outs = self._cut_outputs(self.program.run_bucketed(self._user_inputs(args), sizes), sizes)
+        self.calls += 1
+        self.call_ns += time.perf_counter_ns() - t0
+        return outs
+
+    def _cut_outputs(self, results, sizes: dict[str, int]) -> list:
+        """The graph's outputs from one bucketed run's results (each a buffer and real dims)."""
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -255,8 +261,6 @@ class CompiledGraph:
                 buf, dims = results[ri]
                 n = math.prod(dims)
                 outs.append(torch.frombuffer(buf, dtype=p[1], count=n).view(dims) if n else torch.empty(dims, dtype=p[1]))
-        self.calls += 1
-        self.call_ns += time.perf_counter_ns() - t0
         return outs
 
     def _user_inputs(self, args) -> list:
@@ -275,9 +279,11 @@ class CompiledGraph:
             inputs.append(to_dlpack(t))
         return inputs
 
-    def _call_ranks(self, args):
+    def _call_ranks(self, args, sizes: dict[str, int] | None = None):
         """A per-rank program's call inside `tpuc.run_ranks`: every argument's value on each
-        rank, all ranks run at once; returns rank 0's results (the batch keeps the others)."""
+        rank, all ranks run at once; returns rank 0's results (the batch keeps the others). A
+        bucketed program takes the arguments at their real sizes (`sizes`: every symbol's) and
+        its results come back cut to them."""
         batch = _ranks.active()
         if batch is None:
             raise TpucError(f"tpuc: {self.name}: a program over {self.ranks} ranks (functional collectives) runs "
@@ -287,16 +293,26 @@ class CompiledGraph:
             raise TpucError(f"tpuc: {self.name}: compiled {was}, called by run_ranks with {batch.ranks} ranks; "
                             "use a fresh torch.compile (or torch._dynamo.reset())", kind="ranks", graph=self.name)
         per_rank: list[list] = [[] for _ in range(batch.ranks)]
+        size_args = {ai for _, ai in self.program.size_args}
         for ai, (aname, *_rest) in enumerate(self.program.args):
+            if ai in size_args:
+                continue
             ph = self.arg_to_ph[ai]
             t = args[ph] if ph < self.num_args else self.constants[ph]
+            if not isinstance(t, torch.Tensor):  # a SymInt argument: one value for all ranks
+                for row in per_rank:
+                    row.append(to_dlpack(_size_tensor(int(t))))
+                continue
             replicated = ph >= self.num_args or ph in self.static
             for r, v in enumerate(batch.per_rank(t, f"{self.name}: argument `{aname}`", replicated)):
                 v = v.detach()
                 if not (v.is_cpu and v.is_contiguous()):
                     v = v.cpu().contiguous()
                 per_rank[r].append(to_dlpack(_resolved(v)))
-        results = [self._outputs(bufs, None) for bufs in self.program.run_ranks(per_rank)]
+        if self.bucket is not None:
+            results = [self._cut_outputs(res, sizes) for res in self.program.run_ranks_bucketed(per_rank, sizes)]
+        else:
+            results = [self._outputs(bufs, None) for bufs in self.program.run_ranks(per_rank)]
         for k, out in enumerate(results[0]):
             if isinstance(out, torch.Tensor):
                 batch.add(out, [res[k] for res in results])

@@ -19,6 +19,10 @@ per-rank value, and the call raises rather than use rank 0's value for all ranks
 `fullgraph=True`. The function's results must be graph results or arguments; `run_ranks`
 returns one result per rank.
 
+A graph with symbolic sizes (a batch or length that changes between calls) is compiled once
+per bucket, as on one device: each rank's arguments are padded to the bucket and its results
+cut to their real sizes; where a collective moves data along a padded dim, once per shape.
+
 Process groups: the world is all ranks. Another group (a DeviceMesh dimension, `new_group`)
 is resolved from rank 0's members by translation (`[0, 2]` of 4 ranks: groups `0,2` and
 `1,3`), or given with `groups={"name": [[0, 2], [1, 3]]}`.

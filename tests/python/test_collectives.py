@@ -195,6 +195,45 @@ def test_tensor_parallel_module_through_torch_compile_equals_eager_on_one_device
         torch.testing.assert_close(o, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"rank {r}: {m}")
 
 
+def test_per_rank_programs_over_changing_sizes_are_bucketed():
+    """A batch size that changes makes Dynamo's graph symbolic: the per-rank program is compiled
+    once per bucket (the ranks' arguments padded, the real size passed along, results cut),
+    and a collective along the padded dim (all_gather) falls back to one program per shape."""
+    import tpuc
+    from torch.func import functional_call
+
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    torch.manual_seed(0)
+    d, h = 8, 32
+    whole = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, d, bias=False)).eval()
+    k = h // R
+    shards = [{
+        "fc1.weight": whole[0].weight[k * r:k * (r + 1)].detach().clone(),
+        "fc1.bias": whole[0].bias[k * r:k * (r + 1)].detach().clone(),
+        "fc2.weight": whole[2].weight[:, k * r:k * (r + 1)].detach().contiguous(),
+    } for r in range(R)]
+    model = ShardedMLP(d, h).eval()
+    f = torch.compile(lambda params, x: functional_call(model, params, (x,)), backend="tpuc", fullgraph=True)
+    with torch.no_grad():
+        for n in (3, 5, 6, 9, 2, 16):
+            x = torch.randn(n, d)
+            for r, o in enumerate(tpuc.run_ranks(f, [(shards[r], x) for r in range(R)])):
+                torch.testing.assert_close(o, whole(x), rtol=1e-5, atol=1e-5, msg=lambda m: f"batch {n}, rank {r}: {m}")
+    s = tpuc.stats()
+    # Batch 3 is Dynamo's first, static graph; the others fall in buckets 8, 16 and 2.
+    assert s["buckets"] == 3 and s["compiles"] == 4 and s.get("specializations", 0) == 0, s
+
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    g = torch.compile(lambda x: fc.all_gather_tensor(x * 2, 0, dist.group.WORLD), backend="tpuc", fullgraph=True)
+    for n in (3, 5, 7):
+        xs = [torch.randn(n, 2) for _ in range(R)]
+        for r, o in enumerate(tpuc.run_ranks(g, xs)):
+            torch.testing.assert_close(o, torch.cat(xs) * 2, msg=lambda m: f"rows {n}, rank {r}: {m}")
+    assert tpuc.stats()["specializations"] == 2, tpuc.stats()
+
+
 def test_device_mesh_groups_through_torch_compile():
     import tpuc
     from torch.distributed.device_mesh import init_device_mesh

@@ -968,6 +968,15 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         }
         (outputs, None, compiled.summary.cache)
     } else {
+        if options.ranks.is_some() {
+            // Per-rank inputs stack the ranks in a leading dim, which the program's symbols
+            // do not describe; torch.compile's run_ranks buckets per-rank programs instead.
+            return Err(Failure::User(format!(
+                "{}: --ranks runs programs with static shapes; this one has symbolic dims ({}): export it with static shapes",
+                a.model.display(),
+                imported.module.symbols.iter().map(|s| s.name.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        }
         let plan = a.buckets.plan_for(&imported.module)?;
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
         let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
