@@ -56,6 +56,9 @@ pub(crate) fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -
 pub(crate) fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -> R<ValueId> {
     let (xd, id) = (cx.dims(x), cx.dims(idx));
     let r = xd.len();
+    if id.len() != r || dim >= r {
+        return err(format!("index {} must have the rank of {} to gather along dim {dim}", cx.ty(idx), cx.ty(x)));
+    }
     let batch: Vec<i64> = (0..r).filter(|&j| j != dim && xd[j] == id[j]).map(|j| j as i64).collect();
     let indexed: Vec<i64> = (0..r as i64).filter(|j| !batch.contains(j)).collect();
     let mut col = id.clone();
