@@ -95,10 +95,15 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
             None => n,
             Some(Some(v)) => clampi(v),
             Some(None) => {
-                // a symbolic end on a static dim: use the recorded result size
+                // a symbolic end on a static dim: use the recorded result size when static;
+                // else (`buffer[:, :s]`, a position table cut to the sequence length) the
+                // elements `s, s + step, ..` below the end, gathered (torch guards end <= n)
                 match cx.out_type(0).and_then(|t| t.dims.get(dim).and_then(Dim::as_static)) {
                     Some(len) => (s + len * step).min(n),
-                    None => return err("slice end is symbolic on a static dim"),
+                    None => {
+                        let end = end.expect("a symbolic end");
+                        return take_range(cx, x, dim, s, end, step);
+                    }
                 }
             }
         };
@@ -121,19 +126,7 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
     };
     match s {
         Some(0) if end_expr == n && step == 1 => Ok(x),
-        Some(s) if s >= 0 => {
-            let span = end_expr.sub(&SymExpr::constant(s));
-            let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
-            let len = Dim::from_expr(len);
-            let mut idx = cx.iota(DType::I64, std::slice::from_ref(&len), 0)?;
-            if step != 1 {
-                idx = cx.bin_c(O::Mul, idx, step as f64)?;
-            }
-            if s != 0 {
-                idx = cx.bin_c(O::Add, idx, s as f64)?;
-            }
-            take_along(cx, x, dim, idx)
-        }
+        Some(s) if s >= 0 => take_range(cx, x, dim, s, end_expr, step),
         Some(s) if s < 0 && end_expr == n && step == 1 => {
             // the last -s elements: reverse, take the first -s, reverse back
             let k = s.checked_neg().ok_or("slice start out of range")?;
@@ -144,6 +137,22 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
         }
         _ => err(format!("slicing the symbolic dim {n} from {start:?} to {end:?} is not supported")),
     }
+}
+
+/// `x[start:end:step]` along `dim` for a symbolic `end`: the positions as an iota of the
+/// symbolic length, gathered.
+fn take_range(cx: &mut Ctx, x: ValueId, dim: usize, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
+    let span = end.sub(&SymExpr::constant(start));
+    let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
+    let len = Dim::from_expr(len);
+    let mut idx = cx.iota(DType::I64, std::slice::from_ref(&len), 0)?;
+    if step != 1 {
+        idx = cx.bin_c(O::Mul, idx, step as f64)?;
+    }
+    if start != 0 {
+        idx = cx.bin_c(O::Add, idx, start as f64)?;
+    }
+    take_along(cx, x, dim, idx)
 }
 
 fn split_at(cx: &mut Ctx, x: ValueId, dim: usize, sizes: &[i64]) -> R<Vec<Val>> {
