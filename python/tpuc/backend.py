@@ -17,6 +17,7 @@ compiled forward returns, and wires the backward into autograd.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
@@ -228,6 +229,9 @@ class _Backend:
     def __init__(self, opts: Options, name: str):
         self.opts = opts
         self.name = name
+        # The latest calls of a per-rank training step's forward graph (whichever bucket or
+        # shape ran them), where its backward finds the forward inputs it writes gradients for.
+        self.ranked_calls: collections.deque | None = None
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
         STATS["aot_graphs"] += 1
@@ -243,14 +247,23 @@ class _Backend:
         name = f"{self.name}_{kind}"
         checks = _lift_error_checks(gm)
         collectives = _has_collectives(gm)
-        if collectives or _ranks.active() is not None:
-            if kind == "backward" or (meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info)):
-                raise TpucError(f"tpuc: {name}: per-rank programs run forward graphs without input mutation "
-                                "(no training step, no in-place update of an argument or buffer) yet", kind="ranks", graph=name)
+        if collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
+            if meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+                raise TpucError(f"tpuc: {name}: per-rank programs do not update an argument or buffer in place yet",
+                                kind="ranks", graph=name)
+            calls = backward_of = None
+            if kind == "forward":
+                calls = self.ranked_calls = collections.deque(maxlen=8)
+            elif kind == "backward":
+                if self.ranked_calls is None:
+                    raise TpucError(f"tpuc: {name}: a per-rank backward whose forward ran outside run_ranks",
+                                    kind="ranks", graph=name)
+                backward_of = self.ranked_calls
             if _is_symbolic(gm):
-                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives)
+                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives,
+                                         ranked_calls=(calls, backward_of))
             else:
-                inner = RankedGraph(self, gm, name, static, buffers, collectives)
+                inner = RankedGraph(self, gm, name, static, buffers, collectives, calls=calls, backward_of=backward_of)
         elif _is_symbolic(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
@@ -407,13 +420,18 @@ class RankedGraph:
     A graph without collectives also runs on one device outside `run_ranks`."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 collectives: bool, bucket: dict[str, int] | None = None):
+                 collectives: bool, bucket: dict[str, int] | None = None, calls: collections.deque | None = None,
+                 backward_of: collections.deque | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         self.backend, self.gm, self.name, self.static, self.buffers = backend, gm, name, static, buffers
         self.collectives = collectives
         self.bucket = bucket  # a bucket of a graph with symbolic sizes (see ShapeSpecialized)
         self.by_ranks: dict[tuple, Any] = {}
         self.single = None
+        # A training step's forward records its calls (their results' keys and arguments) in
+        # `calls`; its backward finds its forward's call in `backward_of`.
+        self.calls = calls
+        self.backward_of = backward_of
 
     def program(self, batch):
         """The program for the rank count and explicit groups of `batch` (inferred groups follow
@@ -441,6 +459,10 @@ class RankedGraph:
 
         batch = _ranks.active()
         if batch is None:
+            if self.backward_of is not None:
+                raise TpucError(f"tpuc: {self.name}: the backward of a per-rank forward runs inside the same "
+                                "tpuc.run_ranks call (call .backward() in the function run_ranks runs)", kind="ranks",
+                                graph=self.name)
             if self.collectives:
                 raise TpucError(f"tpuc: {self.name}: a graph with functional collectives runs as several ranks: call it "
                                 "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks",
@@ -451,7 +473,50 @@ class RankedGraph:
                                                   bucket=self.bucket))
             return self.single(args) if self.bucket is None else self.single(args, sizes)
         fn = self.program(batch)
-        return fn(args) if self.bucket is None else fn(args, sizes)
+        if self.backward_of is not None:
+            return self._backward(fn, args, sizes, batch)
+        outs = fn(args) if self.bucket is None else fn(args, sizes)
+        if self.calls is not None:
+            self.calls.append(({_ranks.key(o) for o in outs if isinstance(o, torch.Tensor)}, list(args)))
+        return outs
+
+    def _backward(self, fn, args, sizes, batch):
+        """A training step's backward over all ranks. Rank 0's gradients go back to autograd;
+        the other ranks' gradients of the forward's leaf tensors (each rank's own parameters,
+        e.g. through `functional_call`) are accumulated into their `.grad` here, as autograd
+        would for those ranks. A leaf shared by all ranks (a module's parameter) takes rank 0's
+        gradient, which must then be every rank's."""
+        fw_args = None
+        keys = {_ranks.key(a) for a in args if isinstance(a, torch.Tensor)}
+        for out_keys, call_args in reversed(self.backward_of):
+            if out_keys & keys:
+                fw_args = call_args
+                break
+        outs = fn(args) if self.bucket is None else fn(args, sizes)
+        if fw_args is None:
+            raise TpucError(f"tpuc: {self.name}: this backward's forward call is not among the last "
+                            f"{self.backward_of.maxlen} forward calls: run each backward inside the run_ranks call of "
+                            "its forward", kind="ranks", graph=self.name)
+        if len(outs) != len(fw_args):
+            raise TpucError(f"tpuc: {self.name}: {len(outs)} gradients for {len(fw_args)} forward inputs",
+                            kind="internal", graph=self.name)
+        for k, (g, x) in enumerate(zip(outs, fw_args)):
+            if not isinstance(g, torch.Tensor) or not isinstance(x, torch.Tensor):
+                continue
+            grads = batch.per_rank(g, f"{self.name}: gradient {k}", replicated=False)
+            leaves = batch.per_rank(x, f"{self.name}: forward input {k}", replicated=True)
+            for r in range(1, batch.ranks):
+                leaf = leaves[r]
+                if leaf is leaves[0]:
+                    if not torch.equal(grads[r], grads[0]):
+                        raise TpucError(
+                            f"tpuc: {self.name}: forward input {k} ({tuple(x.shape)}) is one tensor on every rank, but "
+                            f"rank {r}'s gradient differs from rank 0's: give each rank its own parameters "
+                            "(torch.func.functional_call) or all-reduce the gradients in the step", kind="ranks",
+                            graph=self.name)
+                elif leaf.is_leaf and leaf.requires_grad:
+                    leaf.grad = grads[r].clone() if leaf.grad is None else leaf.grad + grads[r]
+        return outs
 
 
 class ShapeSpecialized:
@@ -463,11 +528,13 @@ class ShapeSpecialized:
     (static shapes) and compiled once per concrete shape."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 ranked: bool | None = None):
+                 ranked: bool | None = None, ranked_calls: tuple = (None, None)):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         # A per-rank graph (`ranked`: whether it has collectives): every bucket (or shape) is a
-        # RankedGraph, compiled for the rank count of the `run_ranks` call.
+        # RankedGraph, compiled for the rank count of the `run_ranks` call; `ranked_calls` is
+        # its (calls, backward_of) in a training step (see RankedGraph).
         self.ranked = ranked
+        self.ranked_calls = ranked_calls
         self.backend = backend
         self.gm = gm
         self.name = name
@@ -496,7 +563,9 @@ class ShapeSpecialized:
         if fn is None:
             gm, name = _retrace(self.gm, args), f"{self.name}_s{len(self.cache)}"
             if self.ranked is not None:
-                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked)
+                calls, backward_of = self.ranked_calls
+                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked, calls=calls,
+                                 backward_of=backward_of)
             else:
                 fn = self.backend.build(gm, name, self.static, self.buffers)
             self.cache[key] = fn
@@ -523,7 +592,9 @@ class ShapeSpecialized:
             name = f"{self.name}_b{len(self.buckets)}"
             try:
                 if self.ranked is not None:
-                    fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, self.ranked, bucket=bucket)
+                    calls, backward_of = self.ranked_calls
+                    fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, self.ranked, bucket=bucket,
+                                     calls=calls, backward_of=backward_of)
                     batch = _ranks.active()
                     if batch is not None:
                         fn.program(batch)  # compiled now, so that a bucket it cannot be falls back here

@@ -124,8 +124,12 @@ class CompiledGraph:
             fusion=opts.fusion, mesh=opts.mesh, shard_policy=opts.shard_policy, shard=dict(opts.shard) or None,
             ranks=ranks, groups=groups,
         )
-        # Per-rank programs (see `ranks.py`): every argument is given per rank, per call.
+        # Per-rank programs (see `ranks.py`): every argument is given per rank, per call. A
+        # backward's scalar tangent that no graph produced is the gradient autograd seeds
+        # `loss.backward()` with, the same on every rank.
         self.ranks = ranks
+        self.tangents = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
+                         if n.name.startswith("tangents")} if ranks is not None else set()
         self.static = static
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket
@@ -303,7 +307,7 @@ class CompiledGraph:
                 for row in per_rank:
                     row.append(to_dlpack(_size_tensor(int(t))))
                 continue
-            replicated = ph >= self.num_args or ph in self.static
+            replicated = ph >= self.num_args or ph in self.static or (ph in self.tangents and t.numel() == 1)
             for r, v in enumerate(batch.per_rank(t, f"{self.name}: argument `{aname}`", replicated)):
                 v = v.detach()
                 if not (v.is_cpu and v.is_contiguous()):

@@ -23,6 +23,10 @@ A graph with symbolic sizes (a batch or length that changes between calls) is co
 per bucket, as on one device: each rank's arguments are padded to the bucket and its results
 cut to their real sizes; where a collective moves data along a padded dim, once per shape.
 
+A training step runs per rank when `fn` calls `loss.backward()`: the backward graph runs on
+every rank, rank 0's gradients go back to autograd and the other ranks' are accumulated into
+the `.grad` of their own leaf tensors (see `RankedGraph` in `backend.py`).
+
 Process groups: the world is all ranks. Another group (a DeviceMesh dimension, `new_group`)
 is resolved from rank 0's members by translation (`[0, 2]` of 4 ranks: groups `0,2` and
 `1,3`), or given with `groups={"name": [[0, 2], [1, 3]]}`.
@@ -41,7 +45,8 @@ from .errors import TpucError
 _ACTIVE = threading.local()
 
 
-def _key(t: torch.Tensor) -> tuple:
+def key(t: torch.Tensor) -> tuple:
+    """What identifies a tensor across views of it (`detach()`, aot's output aliases)."""
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
@@ -56,7 +61,7 @@ class RankBatch:
         self._ambiguous: set[tuple] = set()
 
     def add(self, rank0: torch.Tensor, per_rank: list[torch.Tensor]) -> None:
-        k = _key(rank0)
+        k = key(rank0)
         old = self._values.get(k)
         if old is not None and any(a is not b for a, b in zip(old, per_rank)):
             self._ambiguous.add(k)
@@ -64,7 +69,7 @@ class RankBatch:
 
     def per_rank(self, t: torch.Tensor, what: str, replicated: bool) -> list[torch.Tensor]:
         """`t`'s value on every rank. `replicated`: a module's parameter or buffer."""
-        k = _key(t)
+        k = key(t)
         if k in self._ambiguous:
             raise TpucError(f"tpuc: run_ranks: {what} is one tensor in rank 0's arguments but several on other ranks",
                             kind="ranks")

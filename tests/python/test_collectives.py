@@ -234,6 +234,99 @@ def test_per_rank_programs_over_changing_sizes_are_bucketed():
     assert tpuc.stats()["specializations"] == 2, tpuc.stats()
 
 
+class ReduceFromRanks(torch.autograd.Function):
+    """Megatron's `g`: an all-reduce forward (the row-parallel layer's partial sums), the
+    identity backward (functional all_reduce has no autograd formula)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return fc.wait_tensor(fc.all_reduce(x, "sum", dist.group.WORLD))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class TrainableShardedMLP(ShardedMLP):
+    def forward(self, x):
+        return ReduceFromRanks.apply(self.fc2(torch.relu(self.fc1(x))))
+
+
+def test_tensor_parallel_training_steps_equal_the_whole_mlp():
+    """Forward, backward and SGD steps of a Megatron MLP, each rank with its own parameter
+    shards (functional_call), over batches of changing size: every rank's gradients equal the
+    matching slices of the whole MLP's, and after three steps so do the weights. A parameter
+    shared by every rank whose gradients differ between ranks is refused, not silently given
+    rank 0's; a backward outside the run_ranks call of its forward is refused too."""
+    import tpuc
+    from torch.func import functional_call
+
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    torch.manual_seed(0)
+    d, h, k, lr = 8, 32, 32 // R, 0.1
+    whole = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, d, bias=False))
+    cut = {  # where rank r's shard of each parameter sits in the whole MLP's
+        "fc1.weight": lambda t, r: t[k * r:k * (r + 1)],
+        "fc1.bias": lambda t, r: t[k * r:k * (r + 1)],
+        "fc2.weight": lambda t, r: t[:, k * r:k * (r + 1)],
+    }
+    wp = {"fc1.weight": whole[0].weight, "fc1.bias": whole[0].bias, "fc2.weight": whole[2].weight}
+    shards = [{n: c(wp[n], r).detach().clone().requires_grad_() for n, c in cut.items()} for r in range(R)]
+    model = TrainableShardedMLP(d, h)
+
+    def step(params, x):
+        loss = functional_call(model, params, (x,)).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    f = torch.compile(step, backend="tpuc")
+    for i, n in enumerate((6, 9, 5)):  # the batch changes: the later steps are bucketed
+        x = torch.randn(n, d)
+        whole.zero_grad()
+        want = whole(x).square().mean()
+        want.backward()
+        losses = tpuc.run_ranks(f, [(shards[r], x) for r in range(R)])
+        for r in range(R):
+            torch.testing.assert_close(losses[r], want.detach(), msg=lambda m: f"step {i}, rank {r} loss: {m}")
+            for n, c in cut.items():
+                torch.testing.assert_close(shards[r][n].grad, c(wp[n].grad, r), rtol=1e-5, atol=1e-6,
+                                           msg=lambda m: f"step {i}, rank {r}, {n}.grad: {m}")
+        with torch.no_grad():
+            for p in whole.parameters():
+                p -= lr * p.grad
+            for r in range(R):
+                for p in shards[r].values():
+                    p -= lr * p.grad
+                    p.grad = None
+    for r in range(R):
+        for n, c in cut.items():
+            torch.testing.assert_close(shards[r][n], c(wp[n], r), rtol=1e-5, atol=1e-6, msg=lambda m: f"rank {r}, {n}: {m}")
+    s = tpuc.stats()
+    assert s["buckets"] >= 2 and s.get("specializations", 0) == 0, s
+
+    def forward_only(params, x):
+        return functional_call(model, params, (x,)).square().mean()
+
+    torch._dynamo.reset()
+    losses = tpuc.run_ranks(torch.compile(forward_only, backend="tpuc"), [(shards[r], x) for r in range(R)])
+    with pytest.raises(Exception, match="runs inside the same tpuc.run_ranks call"):
+        losses[0].backward()
+
+    # Data parallel with the module's own parameters (one tensor on every rank) and different
+    # batches: the ranks' gradients differ, and tpuc says so.
+    torch._dynamo.reset()
+    plain = torch.nn.Linear(d, d)
+
+    def dp_step(x):
+        loss = ReduceFromRanks.apply(plain(x)).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    with pytest.raises(Exception, match="is one tensor on every rank, but rank 1's gradient differs"):
+        tpuc.run_ranks(torch.compile(dp_step, backend="tpuc"), [torch.randn(4, d) for _ in range(R)])
+
+
 def test_device_mesh_groups_through_torch_compile():
     import tpuc
     from torch.distributed.device_mesh import init_device_mesh
