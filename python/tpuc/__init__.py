@@ -12,7 +12,7 @@ from ._torch_version import SUPPORTED_TORCH, check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError
 from .options import Options
 from .precision import precision
-from .ranks import run_ranks
+from .ranks import rank_parameters, run_ranks
 from .stats import cache_stats, reset_stats, stats, warmup
 
 __version__ = "0.1.0"
@@ -39,6 +39,7 @@ __all__ = [
     "TpucUnsupportedError",
     "check_torch_version",
     "precision",
+    "rank_parameters",
     "run_ranks",
     "cache_stats",
     "reset_stats",

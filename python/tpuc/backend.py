@@ -33,7 +33,7 @@ from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
 from .options import Options
-from .serialize import is_getitem, target_name
+from .serialize import is_getitem, is_opaque_input, target_name
 from .stats import STATS
 
 log = logging.getLogger("tpuc")
@@ -250,6 +250,10 @@ class _Backend:
         if collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
             if meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
                 raise TpucError(f"tpuc: {name}: per-rank programs do not update an argument or buffer in place yet",
+                                kind="ranks", graph=name)
+            if kind != "inference" and any(is_opaque_input(n) and n.users for n in gm.graph.nodes):
+                raise TpucError(f"tpuc: {name}: per-rank training of DTensor parameters is not supported yet (the graph "
+                                "reads their device mesh); train with plain per-rank tensors through functional_call",
                                 kind="ranks", graph=name)
             calls = backward_of = None
             if kind == "forward":
@@ -503,6 +507,10 @@ class RankedGraph:
         for k, (g, x) in enumerate(zip(outs, fw_args)):
             if not isinstance(g, torch.Tensor) or not isinstance(x, torch.Tensor):
                 continue
+            if _ranks.key(x) in batch.inner:
+                raise TpucError(f"tpuc: {self.name}: forward input {k} ({tuple(x.shape)}) is the local part of a tensor "
+                                "subclass (a DTensor): per-rank gradients of DTensor parameters are not written yet; "
+                                "train with plain per-rank tensors", kind="ranks", graph=self.name)
             grads = batch.per_rank(g, f"{self.name}: gradient {k}", replicated=False)
             leaves = batch.per_rank(x, f"{self.name}: forward input {k}", replicated=True)
             for r in range(1, batch.ranks):

@@ -23,6 +23,10 @@ A graph with symbolic sizes (a batch or length that changes between calls) is co
 per bucket, as on one device: each rank's arguments are padded to the bucket and its results
 cut to their real sizes; where a collective moves data along a padded dim, once per shape.
 
+DTensor arguments (a module parallelized with `parallelize_module`, its per-rank parameters
+from `rank_parameters`) are resolved through their local tensors, which aot_autograd hands the
+compiled graphs; subclass results are rebuilt around each rank's local results.
+
 A training step runs per rank when `fn` calls `loss.backward()`: the backward graph runs on
 every rank, rank 0's gradients go back to autograd and the other ranks' are accumulated into
 the `.grad` of their own leaf tensors (see `RankedGraph` in `backend.py`).
@@ -39,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .errors import TpucError
 
@@ -59,6 +64,8 @@ class RankBatch:
         self.groups = groups
         self._values: dict[tuple, list[torch.Tensor]] = {}
         self._ambiguous: set[tuple] = set()
+        # Tensors inside a tensor-subclass argument (a DTensor's local shard).
+        self.inner: set[tuple] = set()
 
     def add(self, rank0: torch.Tensor, per_rank: list[torch.Tensor]) -> None:
         k = key(rank0)
@@ -118,7 +125,7 @@ def run_ranks(fn: Callable, per_rank_args: Sequence[Any], *, groups: dict[str, S
     batch = RankBatch(n, {str(k): [list(map(int, g)) for g in v] for k, v in (groups or {}).items()})
     for i, x in enumerate(flat0):
         if isinstance(x, torch.Tensor):
-            batch.add(x, [f[i] for f in flats])
+            _add_with_inner(batch, x, [f[i] for f in flats])
     if active() is not None:
         raise TpucError("tpuc: run_ranks calls do not nest", kind="ranks")
     _ACTIVE.batch = batch
@@ -127,9 +134,82 @@ def run_ranks(fn: Callable, per_rank_args: Sequence[Any], *, groups: dict[str, S
     finally:
         _ACTIVE.batch = None
     leaves, spec = pytree.tree_flatten(out)
-    per_leaf = [batch.per_rank(x, f"result leaf {i}", replicated=False) if isinstance(x, torch.Tensor) else [x] * n
+    per_leaf = [_per_rank_result(batch, x, f"result leaf {i}") if isinstance(x, torch.Tensor) else [x] * n
                 for i, x in enumerate(leaves)]
     return [pytree.tree_unflatten([p[r] for p in per_leaf], spec) for r in range(n)]
+
+
+def rank_parameters(module: torch.nn.Module, full: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Every rank's parameters and buffers of a module parallelized with DTensor
+    (`parallelize_module`, `distribute_tensor`), for `run_ranks` through
+    `torch.func.functional_call`. In one process the module's DTensors hold rank 0's shards
+    only; `full` (the unsharded state dict, e.g. taken before `parallelize_module`) supplies the
+    values, cut for rank r as DTensor places them (`Shard(d)`: `torch.chunk` along `d` at the
+    rank's mesh coordinate; `Replicate()`: whole). Plain tensors are the same on every rank."""
+    from torch.distributed.tensor import DTensor
+
+    state = dict(module.named_parameters())
+    state.update(module.named_buffers())
+    missing = sorted(set(state) - set(full))
+    if missing:
+        raise ValueError(f"tpuc: rank_parameters: `full` has no value for {', '.join(missing)}")
+    ranks = None
+    out: list[dict[str, torch.Tensor]] = []
+    for name, p in state.items():
+        if not isinstance(p, DTensor):
+            continue
+        mesh, placements = p.device_mesh, p.placements
+        grid = mesh.mesh
+        if ranks is None:
+            ranks = grid.numel()
+            out = [{} for _ in range(ranks)]
+        elif grid.numel() != ranks:
+            raise ValueError(f"tpuc: rank_parameters: `{name}` is placed on {grid.numel()} ranks, others on {ranks}")
+        value = full[name].detach()
+        if tuple(value.shape) != tuple(p.shape):
+            raise ValueError(f"tpuc: rank_parameters: `{name}` is {tuple(p.shape)}, `full` holds {tuple(value.shape)}")
+        for r in range(ranks):
+            coord = [int(c) for c in (grid == r).nonzero()[0]]
+            local = value
+            for axis, pl in enumerate(placements):
+                if pl.is_shard():
+                    local = torch.chunk(local, grid.shape[axis], dim=pl.dim)[coord[axis]]
+                elif not pl.is_replicate():
+                    raise ValueError(f"tpuc: rank_parameters: `{name}` is placed {pl}; only Shard and Replicate are")
+            local = local.clone().requires_grad_(p.requires_grad)
+            out[r][name] = DTensor.from_local(local, mesh, placements, run_check=False)
+    if ranks is None:
+        raise ValueError("tpuc: rank_parameters: the module holds no DTensor: parallelize it first")
+    for name, p in state.items():
+        if not isinstance(p, DTensor):
+            for r in range(ranks):
+                out[r][name] = p
+    return out
+
+
+def _add_with_inner(batch: RankBatch, x: torch.Tensor, per_rank: list[torch.Tensor]) -> None:
+    """Registers `x`'s per-rank values and, for a tensor subclass (a DTensor), those of the
+    tensors inside it: aot_autograd hands the compiled graphs those (each rank's local shard)."""
+    batch.add(x, per_rank)
+    if is_traceable_wrapper_subclass(x):
+        names, _ = x.__tensor_flatten__()
+        for name in names:
+            inner = getattr(x, name)
+            if isinstance(inner, torch.Tensor):  # (other entries are opaque: a device mesh)
+                batch.inner.add(key(inner))
+                _add_with_inner(batch, inner, [getattr(v, name) for v in per_rank])
+
+
+def _per_rank_result(batch: RankBatch, x: torch.Tensor, what: str) -> list[torch.Tensor]:
+    """A result's value on every rank; a subclass result (a DTensor) is rebuilt around each
+    rank's inner tensors."""
+    if not is_traceable_wrapper_subclass(x):
+        return batch.per_rank(x, what, replicated=False)
+    names, ctx = x.__tensor_flatten__()
+    inner = {name: _per_rank_result(batch, v, f"{what}.{name}") if isinstance(v, torch.Tensor) else [v] * batch.ranks
+             for name, v in ((name, getattr(x, name)) for name in names)}
+    return [type(x).__tensor_unflatten__({name: v[r] for name, v in inner.items()}, ctx, x.shape, x.stride())
+            for r in range(batch.ranks)]
 
 
 def _ensure_world(n: int) -> None:

@@ -27,6 +27,8 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from .errors import TpucError
+
 _KIND = {
     "user_input": InputKind.USER_INPUT,
     "parameter": InputKind.PARAMETER,
@@ -55,9 +57,17 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(input_kinds) != len(placeholders):
         raise ValueError(f"{len(input_kinds)} input kinds for {len(placeholders)} placeholders")
+    # An opaque object no node reads (a DTensor's device mesh, which aot_autograd passes along
+    # with its local tensor) is written as a None constant input.
+    opaque = {n for n in placeholders if is_opaque_input(n)}
+    read = sorted(n.name for n in opaque if n.users)
+    if read:
+        raise TpucError(f"tpuc: graph input{'s' if len(read) > 1 else ''} {', '.join(read)}: an opaque object (such as a "
+                        "DTensor's device mesh) that the graph reads; tpuc takes tensors, SymInts and constants",
+                        kind="unsupported_input")
     input_specs = []
     for i, (n, kind) in enumerate(zip(placeholders, input_kinds)):
-        v = n.meta.get("val")
+        v = None if n in opaque else n.meta.get("val")
         if isinstance(v, torch.Tensor):
             arg = TensorArgument(name=n.name)
         elif isinstance(v, torch.SymInt):
@@ -88,6 +98,8 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
         for n in gm.graph.nodes:
             saved[n] = n.meta
             n.meta = {k: n.meta[k] for k in _KEEP_META if k in n.meta}
+            if n in opaque:
+                n.meta["val"] = None
         serialized = _serde.GraphModuleSerializer(signature, []).serialize(gm)
     finally:
         for n, meta in saved.items():
@@ -102,6 +114,12 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
         guards_code=[],
     )
     return _serde._to_json_bytes(program)
+
+
+def is_opaque_input(n: torch.fx.Node) -> bool:
+    """A placeholder holding neither a tensor, a SymInt nor a constant (a script object)."""
+    return n.op == "placeholder" and not isinstance(
+        n.meta.get("val"), (torch.Tensor, torch.SymInt, int, float, bool, str, type(None)))
 
 
 def lift_tensor_constants(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:

@@ -327,6 +327,57 @@ def test_tensor_parallel_training_steps_equal_the_whole_mlp():
         tpuc.run_ranks(torch.compile(dp_step, backend="tpuc"), [torch.randn(4, d) for _ in range(R)])
 
 
+class PlainMLP(torch.nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d, h)
+        self.fc2 = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_dtensor_parallelize_module_through_run_ranks_equals_eager():
+    """PyTorch's own tensor parallelism: parallelize_module (ColwiseParallel fc1, RowwiseParallel
+    fc2) on a DeviceMesh of 4 ranks; tpuc.rank_parameters cuts every rank's DTensor shards from
+    the unsharded state dict, and run_ranks runs the graph Dynamo traces (local shards, the
+    all-reduce of the row-parallel output) on 4 devices: every rank equals the unsharded MLP.
+    Training DTensor parameters per rank is refused rather than left to rank 0."""
+    import tpuc
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.func import functional_call
+
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    torch.manual_seed(0)
+    model = PlainMLP(8, 32)
+    full = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    whole = PlainMLP(8, 32)
+    whole.load_state_dict(full)
+    parallelize_module(model, init_device_mesh("cpu", (R,)), {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    params = tpuc.rank_parameters(model, full)
+    assert [tuple(params[r]["fc1.weight"].to_local().shape) for r in range(R)] == [(8, 8)] * R
+    torch.testing.assert_close(params[3]["fc2.weight"].to_local(), full["fc2.weight"][:, 24:])
+    f = torch.compile(lambda p, x: functional_call(model, p, (x,)), backend="tpuc", fullgraph=True)
+    x = torch.randn(6, 8)
+    with torch.no_grad():
+        outs = tpuc.run_ranks(f, [(params[r], x) for r in range(R)])
+        want = whole(x)
+    for r, o in enumerate(outs):
+        torch.testing.assert_close(o, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"rank {r}: {m}")
+    assert tpuc.stats()["compiles"] == 1
+
+    def step(p, x):
+        loss = functional_call(model, p, (x,)).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="per-rank training of DTensor parameters is not supported yet"):
+        tpuc.run_ranks(torch.compile(step, backend="tpuc"), [(params[r], x) for r in range(R)])
+
+
 def test_device_mesh_groups_through_torch_compile():
     import tpuc
     from torch.distributed.device_mesh import init_device_mesh
