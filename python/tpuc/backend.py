@@ -492,10 +492,15 @@ class RankedGraph:
         gradient, which must then be every rank's."""
         fw_args = None
         keys = {_ranks.key(a) for a in args if isinstance(a, torch.Tensor)}
+        # The saved tensors (forward results) name the forward call; a backward that saves
+        # nothing (`(2 * w).sum()`) belongs to the latest one.
         for out_keys, call_args in reversed(self.backward_of):
             if out_keys & keys:
                 fw_args = call_args
                 break
+        else:
+            if self.backward_of:
+                fw_args = self.backward_of[-1][1]
         outs = fn(args) if self.bucket is None else fn(args, sizes)
         if fw_args is None:
             raise TpucError(f"tpuc: {self.name}: this backward's forward call is not among the last "

@@ -313,6 +313,18 @@ def test_tensor_parallel_training_steps_equal_the_whole_mlp():
     with pytest.raises(Exception, match="runs inside the same tpuc.run_ranks call"):
         losses[0].backward()
 
+    # A backward that saves nothing belongs to the latest forward call.
+    torch._dynamo.reset()
+    ws = [torch.full((3, 2), float(r), requires_grad=True) for r in range(R)]
+
+    def scaled(w):
+        loss = (w * (2.0 + w.shape[0])).sum()
+        loss.backward()
+        return loss.detach()
+
+    tpuc.run_ranks(torch.compile(scaled, backend="tpuc"), [(w,) for w in ws])
+    assert all(torch.equal(w.grad, torch.full((3, 2), 5.0)) for w in ws)
+
     # Data parallel with the module's own parameters (one tensor on every rank) and different
     # batches: the ranks' gradients differ, and tpuc says so.
     torch._dynamo.reset()
