@@ -248,9 +248,12 @@ class _Backend:
         checks = _lift_error_checks(gm)
         collectives = _has_collectives(gm)
         if collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
-            if meta is not None and any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
-                raise TpucError(f"tpuc: {name}: per-rank programs do not update an argument or buffer in place yet",
-                                kind="ranks", graph=name)
+            if meta is not None and any(i.mutates_metadata for i in meta.input_info):
+                raise TpucError(f"tpuc: {name}: per-rank programs do not change an argument's shape or strides in "
+                                "place (resize_, as_strided_, ...)", kind="ranks", graph=name)
+            # Arguments updated in place (an optimizer step, batch-norm running statistics):
+            # the graph returns their new values first, in this order.
+            mutated = list(getattr(meta, "mutated_inp_runtime_indices", [])) if meta is not None else []
             if kind != "inference" and any(is_opaque_input(n) and n.users for n in gm.graph.nodes):
                 raise TpucError(f"tpuc: {name}: per-rank training of DTensor parameters is not supported yet (the graph "
                                 "reads their device mesh); train with plain per-rank tensors through functional_call",
@@ -263,11 +266,11 @@ class _Backend:
                     raise TpucError(f"tpuc: {name}: a per-rank backward whose forward ran outside run_ranks",
                                     kind="ranks", graph=name)
                 backward_of = self.ranked_calls
+            ranked = dict(calls=calls, backward_of=backward_of, mutated=mutated)
             if _is_symbolic(gm):
-                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives,
-                                         ranked_calls=(calls, backward_of))
+                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives, ranked_kwargs=ranked)
             else:
-                inner = RankedGraph(self, gm, name, static, buffers, collectives, calls=calls, backward_of=backward_of)
+                inner = RankedGraph(self, gm, name, static, buffers, collectives, **ranked)
         elif _is_symbolic(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
@@ -425,7 +428,7 @@ class RankedGraph:
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
                  collectives: bool, bucket: dict[str, int] | None = None, calls: collections.deque | None = None,
-                 backward_of: collections.deque | None = None):
+                 backward_of: collections.deque | None = None, mutated: list[int] | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         self.backend, self.gm, self.name, self.static, self.buffers = backend, gm, name, static, buffers
         self.collectives = collectives
@@ -436,6 +439,8 @@ class RankedGraph:
         # `calls`; its backward finds its forward's call in `backward_of`.
         self.calls = calls
         self.backward_of = backward_of
+        # Arguments the graph updates in place, in the order their new values lead its results.
+        self.mutated = mutated or []
 
     def program(self, batch):
         """The program for the rank count and explicit groups of `batch` (inferred groups follow
@@ -480,9 +485,32 @@ class RankedGraph:
         if self.backward_of is not None:
             return self._backward(fn, args, sizes, batch)
         outs = fn(args) if self.bucket is None else fn(args, sizes)
+        if self.mutated:
+            self._write_back(args, outs, batch)
         if self.calls is not None:
             self.calls.append(({_ranks.key(o) for o in outs if isinstance(o, torch.Tensor)}, list(args)))
         return outs
+
+    def _write_back(self, args, outs, batch) -> None:
+        """Updates in place on every rank: aot_autograd copies rank 0's new values into rank 0's
+        arguments; each other rank's go into that rank's own tensors here. A tensor shared by all
+        ranks (a module's buffer) can take only one value, so every rank must have computed it."""
+        if len(outs) < len(self.mutated) or any(i >= len(args) for i in self.mutated):
+            raise TpucError(f"tpuc: {self.name}: {len(self.mutated)} updated arguments for {len(args)} arguments and "
+                            f"{len(outs)} results", kind="internal", graph=self.name)
+        with torch.no_grad():
+            for j, i in enumerate(self.mutated):
+                targets = batch.per_rank(args[i], f"{self.name}: argument {i} (updated in place)", replicated=True)
+                values = batch.per_rank(outs[j], f"{self.name}: the new value of argument {i}", replicated=False)
+                for r in range(1, batch.ranks):
+                    if targets[r] is targets[0]:
+                        if not torch.equal(values[r], values[0]):
+                            raise TpucError(
+                                f"tpuc: {self.name}: argument {i} ({tuple(args[i].shape)}) is one tensor on every rank, "
+                                f"but rank {r} updates it to other values than rank 0: give each rank its own tensor "
+                                "(torch.func.functional_call)", kind="ranks", graph=self.name)
+                    else:
+                        targets[r].copy_(values[r])
 
     def _backward(self, fn, args, sizes, batch):
         """A training step's backward over all ranks. Rank 0's gradients go back to autograd;
@@ -541,13 +569,13 @@ class ShapeSpecialized:
     (static shapes) and compiled once per concrete shape."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 ranked: bool | None = None, ranked_calls: tuple = (None, None)):
+                 ranked: bool | None = None, ranked_kwargs: dict | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         # A per-rank graph (`ranked`: whether it has collectives): every bucket (or shape) is a
-        # RankedGraph, compiled for the rank count of the `run_ranks` call; `ranked_calls` is
-        # its (calls, backward_of) in a training step (see RankedGraph).
+        # RankedGraph, compiled for the rank count of the `run_ranks` call, with these keyword
+        # arguments (its training-step links and in-place updates: see RankedGraph).
         self.ranked = ranked
-        self.ranked_calls = ranked_calls
+        self.ranked_kwargs = ranked_kwargs or {}
         self.backend = backend
         self.gm = gm
         self.name = name
@@ -576,9 +604,7 @@ class ShapeSpecialized:
         if fn is None:
             gm, name = _retrace(self.gm, args), f"{self.name}_s{len(self.cache)}"
             if self.ranked is not None:
-                calls, backward_of = self.ranked_calls
-                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked, calls=calls,
-                                 backward_of=backward_of)
+                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked, **self.ranked_kwargs)
             else:
                 fn = self.backend.build(gm, name, self.static, self.buffers)
             self.cache[key] = fn
@@ -605,9 +631,8 @@ class ShapeSpecialized:
             name = f"{self.name}_b{len(self.buckets)}"
             try:
                 if self.ranked is not None:
-                    calls, backward_of = self.ranked_calls
                     fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, self.ranked, bucket=bucket,
-                                     calls=calls, backward_of=backward_of)
+                                     **self.ranked_kwargs)
                     batch = _ranks.active()
                     if batch is not None:
                         fn.program(batch)  # compiled now, so that a bucket it cannot be falls back here

@@ -31,6 +31,9 @@ A training step runs per rank when `fn` calls `loss.backward()`: the backward gr
 every rank, rank 0's gradients go back to autograd and the other ranks' are accumulated into
 the `.grad` of their own leaf tensors (see `RankedGraph` in `backend.py`).
 
+A graph that updates an argument in place (an optimizer step, batch-norm statistics) updates
+every rank's own tensor; a tensor shared by all ranks must get the same value on each.
+
 Process groups: the world is all ranks. Another group (a DeviceMesh dimension, `new_group`)
 is resolved from rank 0's members by translation (`[0, 2]` of 4 ranks: groups `0,2` and
 `1,3`), or given with `groups={"name": [[0, 2], [1, 3]]}`.

@@ -390,6 +390,45 @@ def test_dtensor_parallelize_module_through_run_ranks_equals_eager():
         tpuc.run_ranks(torch.compile(step, backend="tpuc"), [(params[r], x) for r in range(R)])
 
 
+def test_in_place_updates_per_rank():
+    """Graphs that update arguments in place run per rank: an SGD step on all-reduced gradients
+    (data parallel) and batch-norm training statistics of per-rank buffers each update every
+    rank's own tensors; a buffer shared by all ranks that the ranks update differently is
+    refused, not left with rank 0's values."""
+    import tpuc
+    from torch.func import functional_call
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ps = [torch.randn(3, 2) for _ in range(R)]
+    gs = [torch.randn(3, 2) for _ in range(R)]
+    want = [p - 0.1 * sum(gs) / R for p in ps]
+
+    def sgd(p, g):
+        p.sub_(0.1 * fc.wait_tensor(fc.all_reduce(g, "avg", dist.group.WORLD)))
+
+    tpuc.run_ranks(torch.compile(sgd, backend="tpuc"), [(ps[r], gs[r]) for r in range(R)])
+    for r in range(R):
+        torch.testing.assert_close(ps[r], want[r], msg=lambda m: f"rank {r}: {m}")
+
+    torch._dynamo.reset()
+    bn = torch.nn.BatchNorm1d(4)
+    states = [{k: v.clone() for k, v in bn.state_dict().items()} for _ in range(R)]
+    xs = [torch.randn(8, 4) + r for r in range(R)]
+    f = torch.compile(lambda s, x: functional_call(bn, s, (x,)), backend="tpuc")
+    with torch.no_grad():
+        outs = tpuc.run_ranks(f, [(states[r], xs[r]) for r in range(R)])
+    for r in range(R):
+        ref = torch.nn.BatchNorm1d(4)
+        torch.testing.assert_close(outs[r], ref(xs[r]), rtol=1e-5, atol=1e-5, msg=lambda m: f"rank {r}: {m}")
+        for k in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(states[r][k], getattr(ref, k), msg=lambda m: f"rank {r} {k}: {m}")
+
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.raises(Exception, match="is one tensor on every rank, but rank 1 updates it"):
+        tpuc.run_ranks(torch.compile(lambda x: bn(x), backend="tpuc"), [(x,) for x in xs])
+
+
 def test_device_mesh_groups_through_torch_compile():
     import tpuc
     from torch.distributed.device_mesh import init_device_mesh
