@@ -33,7 +33,7 @@ from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
 from .options import Options
-from .serialize import is_getitem, is_opaque_input, target_name
+from .serialize import is_getitem, target_name
 from .stats import STATS
 
 log = logging.getLogger("tpuc")
@@ -254,10 +254,6 @@ class _Backend:
             # Arguments updated in place (an optimizer step, batch-norm running statistics):
             # the graph returns their new values first, in this order.
             mutated = list(getattr(meta, "mutated_inp_runtime_indices", [])) if meta is not None else []
-            if kind != "inference" and any(is_opaque_input(n) and n.users for n in gm.graph.nodes):
-                raise TpucError(f"tpuc: {name}: per-rank training of DTensor parameters is not supported yet (the graph "
-                                "reads their device mesh); train with plain per-rank tensors through functional_call",
-                                kind="ranks", graph=name)
             calls = backward_of = None
             if kind == "forward":
                 calls = self.ranked_calls = collections.deque(maxlen=8)
@@ -540,11 +536,21 @@ class RankedGraph:
         for k, (g, x) in enumerate(zip(outs, fw_args)):
             if not isinstance(g, torch.Tensor) or not isinstance(x, torch.Tensor):
                 continue
-            if _ranks.key(x) in batch.inner:
-                raise TpucError(f"tpuc: {self.name}: forward input {k} ({tuple(x.shape)}) is the local part of a tensor "
-                                "subclass (a DTensor): per-rank gradients of DTensor parameters are not written yet; "
-                                "train with plain per-rank tensors", kind="ranks", graph=self.name)
             grads = batch.per_rank(g, f"{self.name}: gradient {k}", replicated=False)
+            owner = batch.inner.get(_ranks.key(x))
+            if owner is not None:
+                # The local part of a subclass argument (a DTensor parameter): each other rank's
+                # gradient, wrapped like its tensor, goes back through that rank's own autograd
+                # graph (from_local to the local leaf, or into a DTensor leaf's .grad).
+                outers, attr = owner
+                for r in range(1, batch.ranks):
+                    outer = outers[r]
+                    if outer.requires_grad:
+                        names, ctx = outer.__tensor_flatten__()
+                        parts = {n: grads[r] if n == attr else getattr(outer, n) for n in names}
+                        torch.autograd.backward(outer, type(outer).__tensor_unflatten__(parts, ctx, outer.shape,
+                                                                                         outer.stride()))
+                continue
             leaves = batch.per_rank(x, f"{self.name}: forward input {k}", replicated=True)
             for r in range(1, batch.ranks):
                 leaf = leaves[r]

@@ -27,7 +27,7 @@ from . import _C
 from . import ranks as _ranks
 from .errors import TpucError
 from .options import Options
-from .serialize import graph_to_json, lift_tensor_constants
+from .serialize import graph_to_json, is_opaque_input, lift_tensor_constants
 from .stats import STATS
 
 log = logging.getLogger("tpuc")
@@ -77,6 +77,20 @@ def _serialized(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
     copy = copy_graph_module(gm)
     constants = lift_tensor_constants(copy)
     placeholders = [n for n in copy.graph.nodes if n.op == "placeholder"]
+    # An opaque input the graph returns as it is (a DTensor's device mesh, which aot_autograd
+    # saves for the backward) bypasses the program: that output is the call's argument.
+    passthrough = []
+    out_node = copy.graph.output_node()
+    out = out_node.args[0]
+    if isinstance(out, (list, tuple)):
+        outs = list(out)
+        for k, o in enumerate(outs):
+            if isinstance(o, torch.fx.Node) and is_opaque_input(o):
+                passthrough.append((k, placeholders.index(o)))
+                outs[k] = None
+        if passthrough:
+            out_node.args = (type(out)(outs),)
+            copy.recompile()
     n_args = len(placeholders) - len(constants)
     kinds = []
     for i, p in enumerate(placeholders):
@@ -86,7 +100,7 @@ def _serialized(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
             kinds.append("buffer" if i in buffers else "parameter")
         else:
             kinds.append("user_input")
-    per_graph[key] = (copy, constants, n_args, graph_to_json(copy, kinds))
+    per_graph[key] = (copy, constants, n_args, graph_to_json(copy, kinds), passthrough)
     return per_graph[key]
 
 
@@ -106,7 +120,7 @@ class CompiledGraph:
         what = "bucket " + ",".join(f"{k}={v}" for k, v in sorted(bucket.items())) if bucket else "a new shape"
         check_no_recompile(opts, name, what)
         t0 = time.perf_counter()
-        gm, constants, n_args, program_json = _serialized(gm, static, buffers)
+        gm, constants, n_args, program_json, self.passthrough = _serialized(gm, static, buffers)
         t_ser = time.perf_counter() - t0
         self.num_args = n_args
         self.constants = {n_args + k: t for k, (_, t) in enumerate(constants)}
@@ -237,6 +251,8 @@ class CompiledGraph:
         if self.bucket is not None:
             return self._call_bucketed(args, sizes, t0)
         outs = self._outputs(self.program.run(self._user_inputs(args)), None)
+        for k, ph in self.passthrough:
+            outs[k] = args[ph]
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
@@ -246,6 +262,8 @@ class CompiledGraph:
         into reused staging buffers and passes the real sizes), the results cut to their real
         shapes (in place where the valid part is a prefix)."""
         outs = self._cut_outputs(self.program.run_bucketed(self._user_inputs(args), sizes), sizes)
+        for k, ph in self.passthrough:
+            outs[k] = args[ph]
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
@@ -320,6 +338,8 @@ class CompiledGraph:
         for k, out in enumerate(results[0]):
             if isinstance(out, torch.Tensor):
                 batch.add(out, [res[k] for res in results])
+        for k, ph in self.passthrough:
+            results[0][k] = args[ph]
         self.calls += 1
         return results[0]
 

@@ -67,8 +67,9 @@ class RankBatch:
         self.groups = groups
         self._values: dict[tuple, list[torch.Tensor]] = {}
         self._ambiguous: set[tuple] = set()
-        # Tensors inside a tensor-subclass argument (a DTensor's local shard).
-        self.inner: set[tuple] = set()
+        # Tensors inside a tensor-subclass argument (a DTensor's local shard): the subclass
+        # tensor on every rank and the attribute holding this one.
+        self.inner: dict[tuple, tuple[list[torch.Tensor], str]] = {}
 
     def add(self, rank0: torch.Tensor, per_rank: list[torch.Tensor]) -> None:
         k = key(rank0)
@@ -179,8 +180,9 @@ def rank_parameters(module: torch.nn.Module, full: dict[str, torch.Tensor]) -> l
                     local = torch.chunk(local, grid.shape[axis], dim=pl.dim)[coord[axis]]
                 elif not pl.is_replicate():
                     raise ValueError(f"tpuc: rank_parameters: `{name}` is placed {pl}; only Shard and Replicate are")
-            local = local.clone().requires_grad_(p.requires_grad)
-            out[r][name] = DTensor.from_local(local, mesh, placements, run_check=False)
+            with torch.no_grad():
+                d = DTensor.from_local(local.clone(), mesh, placements, run_check=False)
+            out[r][name] = d.requires_grad_(p.requires_grad)  # a leaf, like the module's parameter
     if ranks is None:
         raise ValueError("tpuc: rank_parameters: the module holds no DTensor: parallelize it first")
     for name, p in state.items():
@@ -199,7 +201,7 @@ def _add_with_inner(batch: RankBatch, x: torch.Tensor, per_rank: list[torch.Tens
         for name in names:
             inner = getattr(x, name)
             if isinstance(inner, torch.Tensor):  # (other entries are opaque: a device mesh)
-                batch.inner.add(key(inner))
+                batch.inner[key(inner)] = (per_rank, name)
                 _add_with_inner(batch, inner, [getattr(v, name) for v in per_rank])
 
 
