@@ -179,8 +179,10 @@ def test_hf_training_over_changing_lengths_is_bucketed(name):
 
 
 class TailLoss(torch.nn.Module):
-    """A loss over `h[:, 2:]` (the shifted positions of a causal LM): its backward writes the
-    gradient into the tail of the length with a slice_scatter along the symbolic dim."""
+    """Losses over slices of the length (the shifted positions of a causal LM, the last token,
+    the inside, the last three, a static window): their backwards write the gradient into part
+    of the length with slice_scatter / select_scatter along the symbolic dim, bounds counted
+    from either end."""
 
     def __init__(self):
         super().__init__()
@@ -188,7 +190,8 @@ class TailLoss(torch.nn.Module):
 
     def forward(self, x):
         h = torch.tanh(self.fc(x))
-        return h[:, 2:].square().sum() + h.mean()
+        return (h[:, 2:].square().sum() + h[:, -1].sum() + h[:, 1:-1].mean() + h[:, -3:].square().mean()
+                + h[:, 1:4].sum() + h.mean())
 
 
 def test_tail_slice_backward_over_changing_lengths_is_bucketed():

@@ -571,7 +571,7 @@ fn mean_of(cx: &mut Ctx, r: ValueId, x: ValueId, counts: ValueId, hit: ValueId, 
 pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
     let dims = cx.dims(x);
     if let Some(Dim::Sym(n)) = dims.get(dim) {
-        return slice_scatter_tail(cx, x, src, dim, n.clone(), start, end, step);
+        return slice_scatter_sym(cx, x, src, dim, n.clone(), start, end, step);
     }
     let n = static_of(dims.get(dim).ok_or("dim out of range")?, "slice_scatter dim")?;
     if step <= 0 {
@@ -618,38 +618,56 @@ pub fn slice_scatter_v(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, start
     cx.select(mb, padded, x)
 }
 
-/// `slice_scatter` along a symbolic dim of size `n`: the slice `[start:]` with step 1 (what a
-/// slice's backward writes, e.g. `logits[:, k:]`), so the written part is the tail `n - start`.
+/// `slice_scatter` along a symbolic dim of size `n` with step 1 (what a slice's backward
+/// writes: `h[:, k:]`, `h[:, 1:-1]`, `h[:, -1]`). Bounds count from the start (`k >= 0`) or
+/// from the end (`k < 0`, i.e. `n + k`), so every position test and source index is a constant
+/// offset from an iota or from the reversed iota `n - 1 - i`: position `i` takes `src[i - start]`
+/// inside `[start, end)` (a gather) and keeps `x` outside it.
 #[allow(clippy::too_many_arguments)]
-fn slice_scatter_tail(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, n: SymExpr, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
+fn slice_scatter_sym(cx: &mut Ctx, x: ValueId, src: ValueId, dim: usize, n: SymExpr, start: Option<i64>, end: Option<i64>, step: i64) -> R<ValueId> {
     let s = start.unwrap_or(0);
-    if step != 1 || s < 0 || end.is_some() {
-        return err(format!(
-            "slice_scatter along the symbolic dim {n} takes a slice [start:] with start >= 0 and step 1, got [{}:{}:{step}]",
-            start.map_or(String::new(), |v| v.to_string()),
-            end.map_or(String::new(), |v| v.to_string())
-        ));
+    let show = || format!("[{}:{}:{step}]", start.map_or(String::new(), |v| v.to_string()), end.map_or(String::new(), |v| v.to_string()));
+    if step != 1 {
+        return err(format!("slice_scatter along the symbolic dim {n} takes step 1, got {}", show()));
     }
+    let at = |k: i64| if k < 0 { n.add(&SymExpr::constant(k)) } else { SymExpr::constant(k) };
+    let len = end.map_or(n.clone(), at).sub(&at(s));
     let (dims, sd) = (cx.dims(x), cx.dims(src));
     let mut want = dims.clone();
-    want[dim] = Dim::Sym(n.sub(&SymExpr::constant(s)));
+    want[dim] = Dim::from_expr(len);
     if sd != want {
-        return err(format!("slice_scatter src {} does not fit the slice [{s}:] of {}", cx.ty(src), cx.ty(x)));
+        return err(format!("slice_scatter src {} does not fit the slice {} of {}", cx.ty(src), show(), cx.ty(x)));
     }
     let src = cx.convert(src, cx.dtype(x))?;
-    if s == 0 {
+    if s == 0 && end.is_none() {
         return Ok(src);
     }
-    let r = dims.len();
-    let (mut lo, hi, interior) = (vec![0i64; r], vec![0i64; r], vec![0i64; r]);
-    lo[dim] = s;
-    let zero = cx.scalar(Scalar::Int(0), cx.dtype(x))?;
-    let padded = cx.b.pad(src, zero, &lo, &hi, &interior)?;
-    let io = cx.iota(DType::I64, &[dims[dim].clone()], 0)?;
-    let sv = cx.full_like(Scalar::Int(s), io)?;
-    let m = cx.cmp(Direction::Ge, io, sv)?;
-    let mb = cx.b.broadcast_in_dim(m, &[dim as i64], dims)?;
-    cx.select(mb, padded, x)
+    let len_n = [dims[dim].clone()];
+    let fwd = cx.iota(DType::I64, &len_n, 0)?;
+    let rev = cx.b.build1(O::Reverse, &[fwd], Attrs::new().with("dimensions", Attr::Ints(vec![0])), None)?;
+    let cmp = |cx: &mut Ctx, dir: Direction, v: ValueId, k: i64| -> R<ValueId> {
+        let c = cx.full_like(Scalar::Int(k), v)?;
+        cx.cmp(dir, v, c)
+    };
+    // i >= start, and the source index i - start
+    let (lo, idx) = if s >= 0 {
+        (cmp(cx, Direction::Ge, fwd, s)?, cx.bin_c(O::Sub, fwd, s as f64)?)
+    } else {
+        // i >= n + s  <=>  n - 1 - i < -s;  i - (n + s) = -(n - 1 - i) - 1 - s
+        let neg = cx.un(O::Neg, rev)?;
+        (cmp(cx, Direction::Lt, rev, -s)?, cx.bin_c(O::Sub, neg, (1 + s) as f64)?)
+    };
+    let mask = match end {
+        None => lo,
+        Some(e) => {
+            // i < e, or i < n + e  <=>  n - 1 - i >= -e
+            let hi = if e >= 0 { cmp(cx, Direction::Lt, fwd, e)? } else { cmp(cx, Direction::Ge, rev, -e)? };
+            cx.bin(O::And, lo, hi)?
+        }
+    };
+    let taken = super::shape::take_along(cx, src, dim, idx)?;
+    let mb = cx.b.broadcast_in_dim(mask, &[dim as i64], dims)?;
+    cx.select(mb, taken, x)
 }
 
 fn slice_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -666,6 +684,12 @@ fn select_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let src = cx.t("src")?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
+    if let Dim::Sym(_) = cx.dim_size(x, dim)? {
+        // `h[:, k]`'s backward along a symbolic dim: the slice [k:k+1] (k = -1: the last).
+        let i = cx.int("index")?;
+        let s = unsqueeze_v(cx, src, dim as i64)?;
+        return one(slice_scatter_v(cx, x, s, dim, Some(i), if i == -1 { None } else { Some(i + 1) }, 1)?);
+    }
     let n = static_of(&cx.dim_size(x, dim)?, "select_scatter dim")?;
     let i = cx.int("index")?;
     let i = if i < 0 { i + n } else { i };
