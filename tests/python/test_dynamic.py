@@ -155,24 +155,30 @@ def _hf_model(name: str):
     if name == "bert":
         cfg = transformers.BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         return transformers.BertForMaskedLM(cfg)
+    if name == "gpt2-classifier":
+        cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=64, n_positions=64, attn_pdrop=0.0,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, num_labels=3, pad_token_id=0)
+        return transformers.GPT2ForSequenceClassification(cfg)
     cfg = transformers.LlamaConfig(**small, num_key_value_heads=2)
     return transformers.LlamaForCausalLM(cfg)
 
 
-@pytest.mark.parametrize("name", ["bert", "llama"])
+@pytest.mark.parametrize("name", ["bert", "llama", "gpt2-classifier"])
 def test_hf_training_over_changing_lengths_is_bucketed(name):
     """BERT slices its position and token-type buffers to the sequence length (a symbolic end on
     a static dim: gathered along an iota of the length); Llama's rotary embedding and grouped
-    KV heads. Both train equal to eager over changing lengths with every graph bucketed."""
+    KV heads; the GPT-2 classifier pools each sequence's last token by advanced indexing. All
+    train equal to eager over changing lengths with every graph bucketed."""
     torch._dynamo.reset()
     tpuc.reset_stats()
     torch.manual_seed(0)
     model = _hf_model(name).train()
     compiled = torch.compile(model, backend="tpuc")
     for seq in (8, 11, 16, 5, 13):
-        ids = torch.randint(0, 64, (2, seq))
-        assert_grads_match(model, lambda: model(input_ids=ids, labels=ids).loss,
-                           lambda: compiled(input_ids=ids, labels=ids).loss, f"{name} seq {seq}", atol=1e-6)
+        ids = torch.randint(1, 64, (2, seq))
+        labels = torch.tensor([0, 2]) if name == "gpt2-classifier" else ids
+        assert_grads_match(model, lambda: model(input_ids=ids, labels=labels).loss,
+                           lambda: compiled(input_ids=ids, labels=labels).loss, f"{name} seq {seq}", atol=1e-6)
     s = tpuc.stats()
     # Length 8: the static forward and backward; 11..16 and 5: buckets 16 and 8 of both.
     assert s.get("specializations", 0) == 0 and s["buckets"] == 4 and s["compiles"] == 6, s
