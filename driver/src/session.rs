@@ -567,9 +567,8 @@ impl Program {
             let mut pool = self.staging.lock().unwrap_or_else(|e| e.into_inner());
             let mut next = inputs.iter();
             for &arg in &self.user_args {
-                if let Some((sym, _)) = self.size_args.iter().find(|(_, a)| *a == arg) {
-                    let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
-                    scalars.push(n.to_le_bytes());
+                if let Some(bytes) = self.size_arg_bytes(arg, sizes)? {
+                    scalars.push(bytes);
                     slots.push(Slot::Scalar(scalars.len() - 1));
                     continue;
                 }
@@ -601,13 +600,26 @@ impl Program {
         drop(views);
         self.staging.lock().unwrap_or_else(|e| e.into_inner()).extend(staged);
         let (outputs, times) = result?;
-        let cuts = self.result_cuts(sizes)?;
+        Ok((self.cut_results(outputs, &self.result_cuts(sizes)?), times))
+    }
+
+    /// One run's results cut to their real shapes (`cuts`: from [`Program::result_cuts`]).
+    fn cut_results(&self, outputs: Vec<HostArray>, cuts: &[Vec<(i64, i64)>]) -> Vec<CutResult> {
         let none = Vec::new();
-        let mut out = Vec::with_capacity(outputs.len());
-        for (k, ((arr, ty), cut)) in outputs.into_iter().zip(&self.results).zip(cuts).enumerate() {
-            out.push(cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), &cut));
-        }
-        Ok((out, times))
+        outputs
+            .into_iter()
+            .zip(&self.results)
+            .zip(cuts)
+            .enumerate()
+            .map(|(k, ((arr, ty), cut))| cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), cut))
+            .collect()
+    }
+
+    /// The bytes of argument `arg` when it is a size argument: its symbol's real size.
+    fn size_arg_bytes(&self, arg: usize, sizes: &crate::dynamic::Sizes) -> Result<Option<[u8; 8]>, ExecError> {
+        let Some((sym, _)) = self.size_args.iter().find(|(_, a)| *a == arg) else { return Ok(None) };
+        let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
+        Ok(Some(n.to_le_bytes()))
     }
 
     /// Whether argument `arg`, given as `bytes` of real shape `dims`, must be padded to its
@@ -647,9 +659,8 @@ impl Program {
             let mut next = inputs.iter();
             let mut row = Vec::with_capacity(self.args.len());
             for arg in 0..self.args.len() {
-                if let Some((sym, _)) = self.size_args.iter().find(|(_, a)| *a == arg) {
-                    let n = sizes.get(sym).ok_or_else(|| ExecError::BadInput(format!("{}: no size for symbol `{sym}`", self.name)))?;
-                    row.push(std::borrow::Cow::Owned(n.to_le_bytes().to_vec()));
+                if let Some(bytes) = self.size_arg_bytes(arg, sizes)? {
+                    row.push(std::borrow::Cow::Owned(bytes.to_vec()));
                     continue;
                 }
                 let &(bytes, dims) = next.next().expect("counted above");
@@ -666,18 +677,7 @@ impl Program {
         let views: Vec<Vec<&[u8]>> = owned.iter().map(|row| row.iter().map(|c| c.as_ref()).collect()).collect();
         let outputs = self.run_ranks(&views)?;
         let cuts = self.result_cuts(sizes)?;
-        let none = Vec::new();
-        Ok(outputs
-            .into_iter()
-            .map(|outs| {
-                outs.into_iter()
-                    .zip(&self.results)
-                    .zip(&cuts)
-                    .enumerate()
-                    .map(|(k, ((arr, ty), cut))| cut_result(arr, ty, self.result_layouts.get(k).unwrap_or(&none), cut))
-                    .collect()
-            })
-            .collect())
+        Ok(outputs.into_iter().map(|outs| self.cut_results(outs, &cuts)).collect())
     }
 
     /// Runs a per-rank program: `per_rank[r]` holds rank r's value of every argument of

@@ -875,6 +875,47 @@ impl<'m> Builder<'m> {
         self.splat(value, TensorType::scalar(dtype))
     }
 
+    /// The run-time value of the size expression `e` as an i64 scalar, built from the values of
+    /// its symbols (`symbol`): sums of products, `floordiv`/`mod` by constants (sizes are never
+    /// negative, so truncating division is floor). `None` when `symbol` has no value for one.
+    pub fn sym_value(
+        &mut self,
+        e: &crate::sym::SymExpr,
+        symbol: &mut dyn FnMut(&str) -> Option<ValueId>,
+    ) -> Result<Option<ValueId>, IrError> {
+        use crate::sym::Atom;
+        let mut total: Option<ValueId> = None;
+        for (coeff, atoms) in e.terms() {
+            let mut term = if coeff != 1 || atoms.is_empty() { Some(self.scalar(Scalar::Int(coeff), DType::I64)?) } else { None };
+            for atom in atoms {
+                let v = match atom {
+                    Atom::Sym(s) => match symbol(s) {
+                        Some(v) => v,
+                        None => return Ok(None),
+                    },
+                    Atom::FloorDiv(x, c) | Atom::Mod(x, c) => {
+                        let Some(xv) = self.sym_value(x, symbol)? else { return Ok(None) };
+                        let cv = self.scalar(Scalar::Int(*c), DType::I64)?;
+                        self.binary(if matches!(atom, Atom::FloorDiv(..)) { Opcode::Div } else { Opcode::Rem }, xv, cv)?
+                    }
+                };
+                term = Some(match term {
+                    None => v,
+                    Some(t) => self.binary(Opcode::Mul, t, v)?,
+                });
+            }
+            let term = term.expect("a term has a coefficient or atoms");
+            total = Some(match total {
+                None => term,
+                Some(t) => self.binary(Opcode::Add, t, term)?,
+            });
+        }
+        match total {
+            Some(v) => Ok(Some(v)),
+            None => self.scalar(Scalar::Int(0), DType::I64).map(Some),
+        }
+    }
+
     /// A value of `x`'s dtype and shape filled with `value` (broadcast from a scalar, so it
     /// works for symbolic shapes too).
     pub fn full_like(&mut self, value: Scalar, x: ValueId) -> Result<ValueId, IrError> {

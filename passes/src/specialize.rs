@@ -33,7 +33,7 @@
 use crate::PassError;
 use std::collections::{BTreeMap, HashMap};
 use tpuc_ir::{
-    ArgInfo, ArgKind, ArgReduceKind, Atom, Attr, Attrs, BlockId, Builder, DType, Dim, Direction, LocId, Module, OpId,
+    ArgInfo, ArgKind, ArgReduceKind, Attr, Attrs, BlockId, Builder, DType, Dim, Direction, LocId, Module, OpId,
     Opcode, ReduceKind, RegionId, Scalar, SymExpr, TensorType, ValueId, WindowKind,
 };
 
@@ -610,17 +610,9 @@ impl<'a> Sp<'a> {
                 let (mut ins, mut lays) = (ins.to_vec(), lays.to_vec());
                 let mut regathered = [false, false];
                 for (&x, &y) in lc.iter().zip(&rc) {
-                    let (x, y) = (x as usize, y as usize);
-                    let (a, b) = (lays[0][x].clone(), lays[1][y].clone());
-                    let Err(mismatch) = self.unify(&a, &b, d.operands[1], y) else { continue };
-                    let (side, dim, want) = match (a.prefix_extent(), b.prefix_extent()) {
-                        (Some(Some(_)), None) => (0, x, b),
-                        (None, Some(Some(_))) => (1, y, a),
-                        _ => return Err(mismatch),
-                    };
-                    ins[side] = self.regather(ins[side], dim, &lays[side][dim], &want)?;
-                    lays[side][dim] = want;
-                    regathered[side] = true;
+                    if let (_, Some(side)) = self.pair_dims(&mut ins, &mut lays, [x as usize, y as usize], d.operands[1])? {
+                        regathered[side] = true;
+                    }
                 }
                 // Both sides of a padded contraction must hold 0 there (0 * NaN is NaN); a side
                 // known to hold 0 already is left alone.
@@ -1213,30 +1205,37 @@ impl<'a> Sp<'a> {
             .collect())
     }
 
-    /// A batched gather pairs operand and index positions along each batch dim, so the two must
-    /// lay it out alike: a prefix meeting a product of padded sizes of the same extent is
-    /// regathered into the product's layout (as for elementwise ops), a uniform side takes the
-    /// other's layout, and any other mismatch is an error. Both layouts are the agreed one after.
+    /// Operands 0 and 1 pair positions along dim `dims[0]` of the first and `dims[1]` of the
+    /// second (a contraction, a gather's batch dims), so they must lay it out alike: a prefix
+    /// meeting a product of padded sizes of the same extent is regathered into the product's
+    /// layout (`ins` and `lays` updated); any other mismatch is an error naming old value `v`'s
+    /// dim. Returns the agreed layout and the side regathered, if one was.
+    fn pair_dims(&mut self, ins: &mut [ValueId], lays: &mut [Layout], dims: [usize; 2], v: ValueId) -> R<(DimLayout, Option<usize>)> {
+        let (a, b) = (lays[0][dims[0]].clone(), lays[1][dims[1]].clone());
+        let mismatch = match self.unify(&a, &b, v, dims[1]) {
+            Ok(agreed) => return Ok((agreed, None)),
+            Err(e) => e,
+        };
+        let (side, want) = match (a.prefix_extent(), b.prefix_extent()) {
+            (Some(Some(_)), None) => (0, b),
+            (None, Some(Some(_))) => (1, a),
+            _ => return Err(mismatch),
+        };
+        let dim = dims[side];
+        ins[side] = self.regather(ins[side], dim, &lays[side][dim], &want)?;
+        lays[side][dim] = want.clone();
+        Ok((want, Some(side)))
+    }
+
+    /// A batched gather pairs operand and index positions along each batch dim (see
+    /// [`Sp::pair_dims`]); both layouts are the agreed one after.
     fn pair_batch_dims(&mut self, op: OpId, ins: &mut [ValueId], lays: &mut [Layout]) -> R<()> {
         let d = &self.old.ops[op];
         let ints = |n: &str| d.attrs.ints(n).unwrap_or(&[]).to_vec();
         let index = d.operands[1];
         for (o, i) in ints("operand_batching_dims").into_iter().zip(ints("start_indices_batching_dims")) {
             let (o, i) = (o as usize, i as usize);
-            let (a, b) = (lays[0][o].clone(), lays[1][i].clone());
-            if a == b {
-                continue;
-            }
-            let regatherable = |x: &DimLayout| matches!(x, DimLayout::Factors(_)) && x.prefix_extent().is_some();
-            let agreed = if a.prefix_extent().is_none() && regatherable(&b) {
-                ins[1] = self.regather(ins[1], i, &b, &a)?;
-                a
-            } else if b.prefix_extent().is_none() && regatherable(&a) {
-                ins[0] = self.regather(ins[0], o, &a, &b)?;
-                b
-            } else {
-                self.unify(&a, &b, index, i)?
-            };
+            let (agreed, _) = self.pair_dims(ins, lays, [o, i], index)?;
             lays[0][o] = agreed.clone();
             lays[1][i] = agreed;
         }
@@ -1560,38 +1559,10 @@ impl<'a> Sp<'a> {
             return Ok(v);
         }
         // Size arithmetic is built in `main`'s block; composites that need it are inlined.
-        let mut total: Option<ValueId> = None;
-        let terms: Vec<(i64, Vec<Atom>)> = e.terms().map(|(c, a)| (c, a.to_vec())).collect();
-        for (coeff, atoms) in terms {
-            let mut p: Option<ValueId> = None;
-            if coeff != 1 || atoms.is_empty() {
-                p = Some(self.b().scalar(Scalar::Int(coeff), DType::I64).map_err(|e| self.ir(e))?);
-            }
-            for atom in atoms {
-                let v = match &atom {
-                    Atom::Sym(s) => *self.size_val.get(&**s).ok_or_else(|| self.fail(format!("no size for `{s}`")))?,
-                    Atom::FloorDiv(x, c) | Atom::Mod(x, c) => {
-                        let xv = self.extent(x)?;
-                        let cv = self.b().scalar(Scalar::Int(*c), DType::I64).map_err(|e| self.ir(e))?;
-                        let opc = if matches!(atom, Atom::FloorDiv(..)) { Opcode::Div } else { Opcode::Rem };
-                        self.b().binary(opc, xv, cv).map_err(|e| self.ir(e))?
-                    }
-                };
-                p = Some(match p {
-                    None => v,
-                    Some(q) => self.b().binary(Opcode::Mul, q, v).map_err(|e| self.ir(e))?,
-                });
-            }
-            let p = p.expect("a term has a coefficient or atoms");
-            total = Some(match total {
-                None => p,
-                Some(t) => self.b().binary(Opcode::Add, t, p).map_err(|e| self.ir(e))?,
-            });
-        }
-        let v = match total {
-            Some(v) => v,
-            None => self.b().scalar(Scalar::Int(0), DType::I64).map_err(|e| self.ir(e))?,
-        };
+        let size_val = &self.size_val;
+        let mut b = Builder { module: &mut self.new, block: self.block, loc: self.loc };
+        let built = b.sym_value(e, &mut |s| size_val.get(s).copied());
+        let v = built.map_err(|err| self.ir(err))?.ok_or_else(|| self.fail(format!("no size for a symbol of `{e}`")))?;
         self.extents.insert(e.clone(), v);
         Ok(v)
     }

@@ -465,10 +465,8 @@ impl Program {
             let mut views = Vec::with_capacity(owners.len());
             for (k, owner) in owners.iter().enumerate() {
                 let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
-                if let Some(spec) = self.inner.tensor_inputs.get(k).and_then(|&a| self.inner.args.get(a)) {
-                    if view.dtype != Some(spec.ty.dtype) {
-                        return Err(self.bad_input(py, format!("input {k} (`{}`) is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())));
-                    }
+                if let Some(&arg) = self.inner.tensor_inputs.get(k) {
+                    self.check_dtype(py, arg, &view, &format!("input {k}"))?;
                 }
                 views.push(view);
             }
@@ -528,10 +526,8 @@ impl Program {
                 let mut row = Vec::with_capacity(mine.len());
                 for (k, owner) in mine.iter().enumerate() {
                     let view = owner.host_view().map_err(|m| self.bad_input(py, format!("rank {r}, argument {k}: {m}")))?;
-                    if let Some(spec) = given.get(k).and_then(|&a| self.inner.args.get(a)) {
-                        if view.dtype != Some(spec.ty.dtype) {
-                            return Err(self.bad_input(py, format!("rank {r}: argument `{}` is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())));
-                        }
+                    if let Some(&arg) = given.get(k) {
+                        self.check_dtype(py, arg, &view, &format!("rank {r}: argument {k}"))?;
                     }
                     row.push(view);
                 }
@@ -620,6 +616,17 @@ impl Program {
     }
 
     /// Checks a tensor against argument `arg`'s dtype and shape, naming both on a mismatch.
+    /// A bucketed program's input has its argument's dtype (its real shape fits the bucket:
+    /// the session checks that as it pads).
+    fn check_dtype(&self, py: Python<'_>, arg: usize, view: &dlpack::HostView<'_>, what: &str) -> PyResult<()> {
+        match self.inner.args.get(arg) {
+            Some(spec) if view.dtype != Some(spec.ty.dtype) => {
+                Err(self.bad_input(py, format!("{what} (`{}`) is {}, got a {} tensor", spec.name, spec.ty, view.dtype_name())))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check_view(&self, py: Python<'_>, arg: usize, view: &dlpack::HostView<'_>) -> PyResult<()> {
         let Some(spec) = self.inner.args.get(arg) else {
             return Err(self.bad_input(py, format!("no argument {arg}")));

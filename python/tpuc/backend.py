@@ -262,11 +262,11 @@ class _Backend:
                     raise TpucError(f"tpuc: {name}: a per-rank backward whose forward ran outside run_ranks",
                                     kind="ranks", graph=name)
                 backward_of = self.ranked_calls
-            ranked = dict(calls=calls, backward_of=backward_of, mutated=mutated)
+            ranked = dict(collectives=collectives, calls=calls, backward_of=backward_of, mutated=mutated)
             if _is_symbolic(gm):
-                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=collectives, ranked_kwargs=ranked)
+                inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=ranked)
             else:
-                inner = RankedGraph(self, gm, name, static, buffers, collectives, **ranked)
+                inner = RankedGraph(self, gm, name, static, buffers, **ranked)
         elif _is_symbolic(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
@@ -480,7 +480,7 @@ class RankedGraph:
         fn = self.program(batch)
         if self.backward_of is not None:
             return self._backward(fn, args, sizes, batch)
-        outs = fn(args) if self.bucket is None else fn(args, sizes)
+        outs = fn(args, sizes)
         if self.mutated:
             self._write_back(args, outs, batch)
         if self.calls is not None:
@@ -500,13 +500,18 @@ class RankedGraph:
                 values = batch.per_rank(outs[j], f"{self.name}: the new value of argument {i}", replicated=False)
                 for r in range(1, batch.ranks):
                     if targets[r] is targets[0]:
-                        if not torch.equal(values[r], values[0]):
-                            raise TpucError(
-                                f"tpuc: {self.name}: argument {i} ({tuple(args[i].shape)}) is one tensor on every rank, "
-                                f"but rank {r} updates it to other values than rank 0: give each rank its own tensor "
-                                "(torch.func.functional_call)", kind="ranks", graph=self.name)
+                        self._require_same(values, r, f"argument {i} ({tuple(args[i].shape)})",
+                                           f"rank {r} updates it to other values than rank 0",
+                                           "give each rank its own tensor (torch.func.functional_call)")
                     else:
                         targets[r].copy_(values[r])
+
+    def _require_same(self, values: list[torch.Tensor], r: int, what: str, differs: str, fix: str) -> None:
+        """`what` is one tensor shared by every rank, so it can only take a value every rank
+        computed alike: raises when rank r's differs from rank 0's."""
+        if not torch.equal(values[r], values[0]):
+            raise TpucError(f"tpuc: {self.name}: {what} is one tensor on every rank, but {differs}: {fix}", kind="ranks",
+                            graph=self.name)
 
     def _backward(self, fn, args, sizes, batch):
         """A training step's backward over all ranks. Rank 0's gradients go back to autograd;
@@ -525,11 +530,11 @@ class RankedGraph:
         else:
             if self.backward_of:
                 fw_args = self.backward_of[-1][1]
-        outs = fn(args) if self.bucket is None else fn(args, sizes)
         if fw_args is None:
             raise TpucError(f"tpuc: {self.name}: this backward's forward call is not among the last "
                             f"{self.backward_of.maxlen} forward calls: run each backward inside the run_ranks call of "
                             "its forward", kind="ranks", graph=self.name)
+        outs = fn(args, sizes)
         if len(outs) != len(fw_args):
             raise TpucError(f"tpuc: {self.name}: {len(outs)} gradients for {len(fw_args)} forward inputs",
                             kind="internal", graph=self.name)
@@ -555,12 +560,10 @@ class RankedGraph:
             for r in range(1, batch.ranks):
                 leaf = leaves[r]
                 if leaf is leaves[0]:
-                    if not torch.equal(grads[r], grads[0]):
-                        raise TpucError(
-                            f"tpuc: {self.name}: forward input {k} ({tuple(x.shape)}) is one tensor on every rank, but "
-                            f"rank {r}'s gradient differs from rank 0's: give each rank its own parameters "
-                            "(torch.func.functional_call) or all-reduce the gradients in the step", kind="ranks",
-                            graph=self.name)
+                    self._require_same(grads, r, f"forward input {k} ({tuple(x.shape)})",
+                                       f"rank {r}'s gradient differs from rank 0's",
+                                       "give each rank its own parameters (torch.func.functional_call) or all-reduce "
+                                       "the gradients in the step")
                 elif leaf.is_leaf and leaf.requires_grad:
                     leaf.grad = grads[r].clone() if leaf.grad is None else leaf.grad + grads[r]
         return outs
@@ -575,13 +578,11 @@ class ShapeSpecialized:
     (static shapes) and compiled once per concrete shape."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 ranked: bool | None = None, ranked_kwargs: dict | None = None):
+                 ranked: dict | None = None):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
-        # A per-rank graph (`ranked`: whether it has collectives): every bucket (or shape) is a
-        # RankedGraph, compiled for the rank count of the `run_ranks` call, with these keyword
-        # arguments (its training-step links and in-place updates: see RankedGraph).
+        # A per-rank graph: every bucket (or shape) is a RankedGraph, compiled for the rank
+        # count of the `run_ranks` call, with these keyword arguments (see RankedGraph).
         self.ranked = ranked
-        self.ranked_kwargs = ranked_kwargs or {}
         self.backend = backend
         self.gm = gm
         self.name = name
@@ -610,7 +611,7 @@ class ShapeSpecialized:
         if fn is None:
             gm, name = _retrace(self.gm, args), f"{self.name}_s{len(self.cache)}"
             if self.ranked is not None:
-                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, self.ranked, **self.ranked_kwargs)
+                fn = RankedGraph(self.backend, gm, name, self.static, self.buffers, **self.ranked)
             else:
                 fn = self.backend.build(gm, name, self.static, self.buffers)
             self.cache[key] = fn
@@ -637,8 +638,7 @@ class ShapeSpecialized:
             name = f"{self.name}_b{len(self.buckets)}"
             try:
                 if self.ranked is not None:
-                    fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, self.ranked, bucket=bucket,
-                                     **self.ranked_kwargs)
+                    fn = RankedGraph(self.backend, self.gm, name, self.static, self.buffers, bucket=bucket, **self.ranked)
                     batch = _ranks.active()
                     if batch is not None:
                         fn.program(batch)  # compiled now, so that a bucket it cannot be falls back here

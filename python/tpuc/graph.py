@@ -175,6 +175,7 @@ class CompiledGraph:
                 raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.arg_to_ph = arg_to_ph
+        self.size_arg_set = set(size_args)
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
         self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
         # User arguments: a placeholder, or (bucketed) the real size of a symbol.
@@ -315,9 +316,8 @@ class CompiledGraph:
             raise TpucError(f"tpuc: {self.name}: compiled {was}, called by run_ranks with {batch.ranks} ranks; "
                             "use a fresh torch.compile (or torch._dynamo.reset())", kind="ranks", graph=self.name)
         per_rank: list[list] = [[] for _ in range(batch.ranks)]
-        size_args = {ai for _, ai in self.program.size_args}
         for ai, (aname, *_rest) in enumerate(self.program.args):
-            if ai in size_args:
+            if ai in self.size_arg_set:
                 continue
             ph = self.arg_to_ph[ai]
             t = args[ph] if ph < self.num_args else self.constants[ph]

@@ -166,16 +166,7 @@ fn arange(cx: &mut Ctx) -> R<Vec<Val>> {
             if st <= 0 {
                 return err("arange with a symbolic end needs a positive step");
             }
-            let span = e.sub(&SymExpr::constant(s));
-            let len = if st == 1 { span } else { span.add(&SymExpr::constant(st - 1)).floordiv(st) };
-            let len = Dim::from_expr(len);
-            let mut v = cx.iota(DType::I64, std::slice::from_ref(&len), 0)?;
-            if st != 1 {
-                v = cx.bin_c(O::Mul, v, st as f64)?;
-            }
-            if s != 0 {
-                v = cx.bin_c(O::Add, v, s as f64)?;
-            }
+            let v = sym_range(cx, s, e, st)?;
             one(cx.convert(v, dt)?)
         }
         Bound::Num(end_n) => {
@@ -281,4 +272,19 @@ fn tril(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn triu(cx: &mut Ctx) -> R<Vec<Val>> {
     triangle(cx, false)
+}
+
+/// `start, start + step, ..` below the symbolic `end` (`step > 0`) as i64: an iota of the
+/// symbolic length `ceil((end - start) / step)`, scaled and shifted.
+pub(crate) fn sym_range(cx: &mut Ctx, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
+    let span = end.sub(&SymExpr::constant(start));
+    let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
+    let mut v = cx.iota(DType::I64, &[Dim::from_expr(len)], 0)?;
+    if step != 1 {
+        v = cx.bin_c(O::Mul, v, step as f64)?;
+    }
+    if start != 0 {
+        v = cx.bin_c(O::Add, v, start as f64)?;
+    }
+    Ok(v)
 }

@@ -39,15 +39,22 @@ pub const OPS: &[(&str, OpFn)] = &[
 
 /// `[*idx, rank]` coordinates: `idx` along `dim`, iotas along the others.
 pub(crate) fn full_coords(cx: &mut Ctx, idx: ValueId, dim: usize, rank: usize) -> R<ValueId> {
+    coords(cx, idx, dim, &(0..rank as i64).collect::<Vec<_>>())
+}
+
+/// `[*idx, dims.len()]` coordinates for the operand dims `dims`: `idx` along `dim`, iotas along
+/// the others.
+fn coords(cx: &mut Ctx, idx: ValueId, dim: usize, dims: &[i64]) -> R<ValueId> {
     let shape = cx.dims(idx);
     let mut col = shape.clone();
     col.push(Dim::Static(1));
-    let mut parts = Vec::with_capacity(rank);
-    for j in 0..rank {
+    let mut parts = Vec::with_capacity(dims.len());
+    for &j in dims {
+        let j = j as usize;
         let v = if j == dim { cx.convert(idx, DType::I64)? } else { cx.iota(DType::I64, &shape, j)? };
         parts.push(cx.reshape(v, col.clone())?);
     }
-    Ok(cx.b.concatenate(&parts, shape.len() as i64)?)
+    Ok(if parts.len() == 1 { parts[0] } else { cx.b.concatenate(&parts, shape.len() as i64)? })
 }
 
 /// `torch.gather(x, dim, idx)`: `x` at `idx` along `dim`, element by element (the result has
@@ -61,15 +68,7 @@ pub(crate) fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -
     }
     let batch: Vec<i64> = (0..r).filter(|&j| j != dim && xd[j] == id[j]).map(|j| j as i64).collect();
     let indexed: Vec<i64> = (0..r as i64).filter(|j| !batch.contains(j)).collect();
-    let mut col = id.clone();
-    col.push(Dim::Static(1));
-    let mut parts = Vec::with_capacity(indexed.len());
-    for &j in &indexed {
-        let j = j as usize;
-        let v = if j == dim { cx.convert(idx, DType::I64)? } else { cx.iota(DType::I64, &id, j)? };
-        parts.push(cx.reshape(v, col.clone())?);
-    }
-    let coords = if parts.len() == 1 { parts[0] } else { cx.b.concatenate(&parts, r as i64)? };
+    let coords = coords(cx, idx, dim, &indexed)?;
     let attrs = Attrs::new()
         .with("offset_dims", Attr::Ints(vec![]))
         .with("collapsed_slice_dims", Attr::Ints(indexed.clone()))

@@ -568,41 +568,14 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
     }
 
-    /// The run-time value of a size expression as an i64 scalar, when every symbol in it (or
-    /// the whole expression) arrives as a SymInt argument: sums of products of symbols, and
-    /// `floordiv`/`mod` by constants (sizes are never negative, so truncation is floor).
+    /// The run-time value of a size expression as an i64 scalar: the SymInt argument carrying
+    /// it, or built from the arguments carrying its symbols (None when one has none).
     fn sym_value(&mut self, e: &SymExpr) -> R<Option<ValueId>> {
         if let Some(&v) = self.st.sym_args.get(e) {
             return Ok(Some(v));
         }
-        let int = |cx: &mut Self, c: i64| cx.scalar(Scalar::Int(c), DType::I64);
-        let mut sum: Option<ValueId> = None;
-        for (coeff, atoms) in e.terms() {
-            let mut term = if coeff == 1 && !atoms.is_empty() { None } else { Some(int(self, coeff)?) };
-            for a in atoms {
-                let f = match a {
-                    tpuc_ir::Atom::Sym(s) => match self.st.sym_args.get(&SymExpr::symbol(s.clone())) {
-                        Some(&v) => v,
-                        None => return Ok(None),
-                    },
-                    tpuc_ir::Atom::FloorDiv(x, c) | tpuc_ir::Atom::Mod(x, c) => {
-                        let Some(x) = self.sym_value(x)? else { return Ok(None) };
-                        let c = int(self, *c)?;
-                        self.bin(if matches!(a, tpuc_ir::Atom::FloorDiv(..)) { Opcode::Div } else { Opcode::Rem }, x, c)?
-                    }
-                };
-                term = Some(match term {
-                    None => f,
-                    Some(t) => self.bin(Opcode::Mul, t, f)?,
-                });
-            }
-            let t = term.expect("a term has a coefficient or atoms");
-            sum = Some(match sum {
-                None => t,
-                Some(acc) => self.bin(Opcode::Add, acc, t)?,
-            });
-        }
-        Ok(sum)
+        let args = &self.st.sym_args;
+        Ok(self.b.sym_value(e, &mut |s| args.get(&SymExpr::symbol(s)).copied())?)
     }
 
     // ---------------------------------------------------------------- outputs

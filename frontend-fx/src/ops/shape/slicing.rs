@@ -139,19 +139,10 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
     }
 }
 
-/// `x[start:end:step]` along `dim` for a symbolic `end`: the positions as an iota of the
-/// symbolic length, gathered.
+/// `x[start:end:step]` along `dim` for a symbolic `end`: the positions, a symbolic range,
+/// gathered.
 fn take_range(cx: &mut Ctx, x: ValueId, dim: usize, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
-    let span = end.sub(&SymExpr::constant(start));
-    let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
-    let len = Dim::from_expr(len);
-    let mut idx = cx.iota(DType::I64, std::slice::from_ref(&len), 0)?;
-    if step != 1 {
-        idx = cx.bin_c(O::Mul, idx, step as f64)?;
-    }
-    if start != 0 {
-        idx = cx.bin_c(O::Add, idx, start as f64)?;
-    }
+    let idx = crate::ops::creation::sym_range(cx, start, end, step)?;
     take_along(cx, x, dim, idx)
 }
 
