@@ -111,6 +111,9 @@ pub struct Program {
     /// One slot per argument: the resident buffer of a weight once set (shared with the
     /// other buckets of the same graph by [`Program::adopt_weight`]).
     resident: Vec<Option<std::sync::Arc<rt::Buffer>>>,
+    /// Per argument: the host address a resident buffer reads in place at every run (see
+    /// [`Program::alias_weight`]); `None` for a copy or no value.
+    aliases: Vec<Option<usize>>,
     /// Per symbol, the argument that takes its real size (bucketed programs).
     pub size_args: Vec<(String, usize)>,
     /// Per result, where its valid part is (bucketed programs; empty otherwise).
@@ -271,6 +274,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         size_args,
         result_layouts,
         resident_shards: if lowered.sharding.is_some() { resident.iter().map(|_| None).collect() } else { Vec::new() },
+        aliases: resident.iter().map(|_| None).collect(),
         resident,
         sharding: lowered.sharding,
         ranks: lowered.ranks.map(|r| r.count),
@@ -346,7 +350,43 @@ impl Program {
         }
         let buffer = self.upload(arg, bytes)?;
         self.resident[arg] = Some(std::sync::Arc::new(buffer));
+        self.aliases[arg] = None;
         Ok(())
+    }
+
+    /// Makes weight `arg` read `bytes`' memory in place at every run, where the plugin can
+    /// (the CPU plugin, for aligned host memory): no copy, and never a stale value, whatever
+    /// writes that memory between runs. Returns false, changing nothing, where it cannot (a
+    /// plugin whose memory is not host memory, unaligned data, an SPMD program): the caller
+    /// then gives the value with [`Program::set_weight`] before each run that needs it.
+    ///
+    /// # Safety
+    /// Until the next `set_weight`/`alias_weight` of `arg` (or the program's end), whenever
+    /// the program runs, the `bytes.len()` bytes at `bytes`' address must be live and hold
+    /// the weight, and nothing may write them during the run. A caller holding a tensor checks
+    /// before each run that the tensor still lives at [`Program::weight_address`].
+    pub unsafe fn alias_weight(&mut self, arg: usize, bytes: &[u8]) -> Result<bool, ExecError> {
+        let spec = self.args.get(arg).ok_or_else(|| ExecError::BadInput(format!("{}: no argument {arg}", self.name)))?;
+        if !spec.kind.is_weight() {
+            return Err(ExecError::BadInput(format!("{}: argument {arg} (`{}`) is not a weight", self.name, spec.name)));
+        }
+        if self.sharding.is_some() || self.ranks.is_some() {
+            return Ok(false);
+        }
+        let (dims, element_type) = self.check_arg(arg, bytes)?;
+        let (loaded, device) = self.runnable()?;
+        // SAFETY: forwarded to our caller (see above).
+        let aliased = unsafe { loaded.client().buffer_aliasing_host(bytes, element_type, &dims, Some(device))? };
+        let Some(buffer) = aliased else { return Ok(false) };
+        self.resident[arg] = Some(std::sync::Arc::new(buffer));
+        self.aliases[arg] = Some(bytes.as_ptr() as usize);
+        Ok(true)
+    }
+
+    /// The host address weight `arg` is read from in place at every run, when it is (see
+    /// [`Program::alias_weight`]).
+    pub fn weight_address(&self, arg: usize) -> Option<usize> {
+        self.aliases.get(arg).copied().flatten()
     }
 
     /// Each device's shard of argument `arg` (dense bytes of its whole value).
@@ -382,6 +422,7 @@ impl Program {
             (None, None) => match other.resident.get(other_arg) {
                 Some(Some(b)) => {
                     self.resident[arg] = Some(b.clone());
+                    self.aliases[arg] = other.aliases[other_arg];
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -919,6 +960,36 @@ mod tests {
         let err = p.run(&[&x[..4]]).unwrap_err().to_string();
         assert!(err.contains("needs 8 bytes, got 4"), "{err}");
         assert!(p.set_weight(1, &x).is_err());
+    }
+
+    #[test]
+    fn an_aliased_weight_is_read_in_place_at_every_run() {
+        require_cpu_plugin();
+        let mut p = compile(PROGRAM.as_bytes().to_vec(), &SessionOptions::default()).unwrap();
+        // 64-byte aligned host memory, as torch's allocator gives.
+        #[repr(align(64))]
+        struct Aligned([u8; 64]);
+        let mut w = Box::new(Aligned([0; 64]));
+        let bytes: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(w.0.as_mut_ptr(), 8) };
+        bytes.copy_from_slice(&f32s(&[10.0, 20.0]));
+        let x = f32s(&[1.0, 2.0]);
+        // SAFETY: `w` outlives `p`'s runs below and is not written during them.
+        let aliased = unsafe { p.alias_weight(0, bytes) }.unwrap();
+        assert!(aliased, "the CPU plugin reads aligned host memory in place");
+        assert_eq!(p.weight_address(0), Some(bytes.as_ptr() as usize));
+        assert_eq!(&p.run(&[&x]).unwrap().0[0][..], &f32s(&[11.0, 22.0])[..]);
+        // A write between runs, with no call on the program, is what the next run sees.
+        bytes.copy_from_slice(&f32s(&[0.5, 0.5]));
+        assert_eq!(&p.run(&[&x]).unwrap().0[0][..], &f32s(&[1.5, 2.5])[..]);
+        // A copy replaces the alias.
+        p.set_weight(0, &f32s(&[1.0, 1.0])).unwrap();
+        assert_eq!(p.weight_address(0), None);
+        assert_eq!(&p.run(&[&x]).unwrap().0[0][..], &f32s(&[2.0, 3.0])[..]);
+        // Memory the plugin would have to copy (here: unaligned) is refused, not snapshotted.
+        let odd = unsafe { std::slice::from_raw_parts(w.0.as_ptr().add(1), 8) };
+        assert!(!unsafe { p.alias_weight(0, odd) }.unwrap());
+        assert_eq!(p.weight_address(0), None);
+        drop(p);
     }
 
     #[test]

@@ -407,6 +407,28 @@ impl Program {
         })
     }
 
+    /// Makes weight `arg` read the tensor of a DLPack capsule (consumed) in place at every run,
+    /// where the plugin can: True then, and `weight_address(arg)` is the address it reads.
+    /// False (nothing changed) where it cannot; give the value with `set_weight` before each
+    /// run then. The caller must run the program only while a tensor holding the weight lives
+    /// at that address: `graph.py` checks every weight's `data_ptr()` before every run.
+    fn alias_weight(&mut self, py: Python<'_>, arg: usize, tensor: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(py, "Program.alias_weight", || {
+            let name = self.inner.name.clone();
+            let owner = Consumed::take(tensor).map_err(|m| self.bad_input(py, format!("weight argument {arg}: {m}")))?;
+            let view = owner.host_view().map_err(|m| self.bad_input(py, format!("weight argument {arg}: {m}")))?;
+            self.check_view(py, arg, &view)?;
+            // SAFETY: the contract above: the Python caller runs the program only after checking
+            // that the weight's tensor still lives at `weight_address(arg)`.
+            unsafe { self.inner.alias_weight(arg, view.bytes) }.map_err(|e| exec_error(py, e, &name))
+        })
+    }
+
+    /// The host address weight `arg` is read from in place at every run, or None.
+    fn weight_address(&self, arg: usize) -> Option<usize> {
+        self.inner.weight_address(arg)
+    }
+
     /// True when weight `arg` has a resident value.
     fn has_weight(&self, arg: usize) -> bool {
         self.inner.has_weight(arg)

@@ -1,13 +1,15 @@
 """One FX graph compiled by tpuc, callable by aot_autograd (boxed calling convention).
 
 Per call:
-  weights   for each parameter/buffer/constant argument, re-upload only if the tensor object,
-            its version counter or its storage address changed since the last upload
+  weights   each parameter/buffer/constant argument is read in place from its tensor's memory
+            (CPU plugin): aliased once, again only when the tensor's data moved (checked by
+            address every call); where a plugin cannot read host memory, copied every call
   inputs    contiguous CPU tensors are passed to Rust as DLPack capsules, which the extension
             consumes: each keeps its tensor's memory alive until the call returns; on the CPU
             plugin the executable reads them in place
   outputs   Rust-owned result bytes (on the CPU plugin: the output buffers' own memory) wrapped
-            by torch.frombuffer (no copy), viewed with the graph's dtype and shape; re-strided
+            by torch.frombuffer (no copy), given the graph's dtype and shape in place (a new
+            tensor, not a view); re-strided
             when the graph's output is not contiguous
 """
 
@@ -44,8 +46,8 @@ _DTYPES = {
 
 
 _LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
-# id(tensor) -> (tensor ref, version, data_ptr, graph ref, argument): the last upload of each
-# weight tensor, which later programs share while the tensor is unchanged.
+# Host address -> (graph ref, argument): the program that last aliased a weight at that address,
+# whose buffer later programs share while it still reads that address.
 _RESIDENT: dict[int, tuple] = {}
 
 
@@ -177,7 +179,7 @@ class CompiledGraph:
         self.arg_to_ph = arg_to_ph
         self.size_arg_set = set(size_args)
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
-        self.weight_state: list[tuple | None] = [None] * len(self.weight_plan)
+        self.weight_state: list[int | None] = [None] * len(self.weight_plan)  # aliased address
         # User arguments: a placeholder, or (bucketed) the real size of a symbol.
         self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
@@ -217,16 +219,30 @@ class CompiledGraph:
             return False
 
     def _upload(self, j: int, ai: int, t: torch.Tensor) -> None:
-        # A tensor already resident for another program (another bucket, another graph of the
-        # same model) is shared, not uploaded again: all programs run on one client.
-        owner = _RESIDENT.get(id(t))
-        if owner is not None:
-            ref, version, ptr, graph_ref, other_ai = owner
-            g = graph_ref()
-            if ref() is t and version == t._version and ptr == t.data_ptr() and g is not None \
-                    and self.program.adopt_weight(ai, g.program, other_ai):
-                self.weight_state[j] = (ref, version, ptr)
+        """Gives weight argument `ai` its value from `t`.
+
+        Where the plugin can (the CPU plugin, aligned host memory), the program reads `t`'s
+        memory in place at every run: no copy, and no stale value whatever writes that memory
+        between calls (in-place ops, copies that keep the version counter, DLPack writers),
+        which the version counter alone cannot see. The call checks before every run that `t`
+        still lives at that address (`weight_state[j]`); storage that moved (`set_`, `.data =`,
+        a storage resized away and back, FSDP2's unsharded parameters) is aliased again.
+        Elsewhere the value is copied for this call only (`weight_state[j]` stays None)."""
+        ptr = t.data_ptr()
+        if t.is_cpu and t.is_contiguous() and not (t.is_neg() or t.is_conj()):
+            # A tensor another program already reads in place (another bucket, another graph
+            # of the same model) shares that buffer.
+            owner = _RESIDENT.get(ptr)
+            g = owner[0]() if owner is not None else None
+            if g is not None and g is not self and g.program.weight_address(owner[1]) == ptr \
+                    and self.program.adopt_weight(ai, g.program, owner[1]):
+                self.weight_state[j] = ptr
                 STATS["weight_shares"] += 1
+                return
+            if self.program.alias_weight(ai, to_dlpack(t.detach())):
+                self.weight_state[j] = ptr
+                _RESIDENT[ptr] = (weakref.ref(self), ai)
+                STATS["weight_uploads"] += 1
                 return
         src = t.detach()
         if src.device.type != "cpu":
@@ -234,10 +250,8 @@ class CompiledGraph:
         if not src.is_contiguous():
             src = src.contiguous()
         self.program.set_weight(ai, to_dlpack(_resolved(src)))
-        ref = weakref.ref(t)
-        self.weight_state[j] = (ref, t._version, t.data_ptr())
-        _RESIDENT[id(t)] = (ref, t._version, t.data_ptr(), weakref.ref(self), ai)
-        STATS["weight_uploads"] += 1
+        self.weight_state[j] = None
+        STATS["weight_copies"] += 1
 
     def __call__(self, args, sizes: dict[str, int] | None = None):
         t0 = time.perf_counter_ns()
@@ -246,8 +260,7 @@ class CompiledGraph:
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
             t = args[ph] if ph < self.num_args else consts[ph]
-            st = self.weight_state[j]
-            if st is None or st[0]() is not t or st[1] != t._version or st[2] != t.data_ptr():
+            if self.weight_state[j] != t.data_ptr() or not t.is_contiguous():
                 self._upload(j, ai, t)
         if self.bucket is not None:
             return self._call_bucketed(args, sizes, t0)
@@ -283,7 +296,7 @@ class CompiledGraph:
             else:
                 buf, dims = results[ri]
                 n = math.prod(dims)
-                outs.append(torch.frombuffer(buf, dtype=p[1], count=n).view(dims) if n else torch.empty(dims, dtype=p[1]))
+                outs.append(_tensor_of(buf, p[1], tuple(dims), n) if n else torch.empty(dims, dtype=p[1]))
         return outs
 
     def _user_inputs(self, args) -> list:
@@ -358,7 +371,7 @@ class CompiledGraph:
             if nbytes == 0:
                 t = torch.empty(shape, dtype=dtype)
             else:
-                t = torch.frombuffer(bufs[ri], dtype=dtype).view(shape)
+                t = _tensor_of(bufs[ri], dtype, shape)
             if stride is not None:
                 t = _restride(t, shape, stride)
             outs.append(t)
@@ -366,6 +379,21 @@ class CompiledGraph:
 
 
 _SIZES: dict[int, torch.Tensor] = {}
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _tensor_of(buf, dtype: torch.dtype, shape: tuple, count: int = -1) -> torch.Tensor:
+    """A new tensor (not a view: `_base` None, as eager's fresh results are) over a result's
+    host memory, no copy. `as_strided_` changes the 1-d tensor's own shape instead of making a
+    view of it, which aot_autograd would take for an output aliasing another tensor."""
+    return torch.frombuffer(buf, dtype=dtype, count=count).as_strided_(shape, _contiguous_strides(shape))
 
 
 def _size_tensor(n: int) -> torch.Tensor:

@@ -120,6 +120,37 @@ impl Client {
         })
     }
 
+    /// A buffer that reads `data`'s memory in place at every execution that takes it, for as
+    /// long as the buffer lives; `None` when the plugin would hold a copy instead (memory that
+    /// is not host memory, an alignment it does not take, an empty array). Whether it reads in
+    /// place is asked of the buffer itself (its address), not assumed.
+    ///
+    /// A copy would be a snapshot: the values `data` had now, whatever happens to `data`
+    /// later. An alias is never stale, which is what a caller needs for arrays that change
+    /// behind its back (a tensor written through a path that leaves no trace).
+    ///
+    /// # Safety
+    /// Unlike [`Client::buffer_borrowing_host`] the buffer outlives the borrow of `data`. The
+    /// caller must make sure that whenever an execution that takes the buffer runs, the
+    /// `data.len()` bytes at `data`'s address are live and hold the array, and that nothing
+    /// writes them during that execution. Dropping the buffer is always safe.
+    // An unsafe contract, not an unsafe call: the calls stay in `sys`.
+    #[allow(unsafe_code)]
+    pub unsafe fn buffer_aliasing_host(
+        &self,
+        data: &[u8],
+        element_type: ElementType,
+        dims: &[i64],
+        device: Option<&Device>,
+    ) -> Result<Option<Buffer>> {
+        if data.is_empty() {
+            return Ok(None);
+        }
+        let raw = self.host_buffer(data, element_type, dims, device, true)?;
+        let in_place = raw.host_address(data.len())? == Some(data.as_ptr() as usize);
+        Ok(in_place.then_some(Buffer { raw }))
+    }
+
     fn host_buffer(
         &self,
         data: &[u8],

@@ -61,15 +61,15 @@ def test_repeated_calls_compile_once_and_keep_weights_resident():
         # A new input value is no recompile and no weight upload.
         compiled(x + 1)
         assert tpuc.stats()["weight_uploads"] == 4
-        # An in-place change of a parameter (its version counter moves) is re-uploaded, alone.
+        # An in-place change of a parameter needs nothing: the program reads its memory.
         model.fc1.weight.mul_(0.5)
         assert_close(compiled(x), model(x), 1e-5, 1e-6, "after in-place update")
-        assert tpuc.stats()["weight_uploads"] == 5
-        # So is a parameter whose storage was replaced.
+        assert tpuc.stats()["weight_uploads"] == 4
+        # A parameter whose storage was replaced is aliased again, alone.
         model.fc2.bias.data = torch.randn(8)
         assert_close(compiled(x), model(x), 1e-5, 1e-6, "after .data replacement")
         s = tpuc.stats()
-        assert s["weight_uploads"] == 6 and s["compiles"] == 1, s
+        assert s["weight_uploads"] == 5 and s["compiles"] == 1, s
 
 
 def _train(loss_module, call, args, make_opt, steps):
@@ -119,8 +119,9 @@ def test_training_matches_eager(name, opt):
         got = got_state[k]
         what = f"{name}/{opt} after {steps} steps: {k}"
         if opt == "adam" and k in want_grads:
-            g = want_grads[k]
-            keep = (g.abs() >= 1e-6 * scale) | (g == 0)
+            # Exactly zero in one run and round-off in the other is the same case.
+            g, h = want_grads[k], got_grads[k]
+            keep = (g.abs() >= 1e-6 * scale) | ((g == 0) & (h == 0))
             masked += int((~keep).sum())
             got, want = got[keep], want[keep]
         elif opt == "adam" and k == "model.bn1.running_mean" and (want_grads["model.conv1.bias"].abs() < 1e-6 * scale).all():

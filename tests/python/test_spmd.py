@@ -67,7 +67,7 @@ def test_option_errors():
 
 def test_changing_shapes_compile_as_buckets_under_a_mesh():
     """Sizes that change compile as buckets under a mesh too: each bucket an SPMD program, the
-    buckets sharing each weight's shards (uploaded once), results equal to eager."""
+    each call giving the weights' shards, results equal to eager."""
     torch.manual_seed(0)
     tpuc.reset_stats()
     model = MLP()
@@ -78,7 +78,9 @@ def test_changing_shapes_compile_as_buckets_under_a_mesh():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
     s = tpuc.stats()
     assert s.get("specializations", 0) == 0 and s["buckets"] == 2, s  # buckets 8 and 4
-    assert s["weight_uploads"] == 4, s
+    # SPMD shards are copies on every device, so each call gives them again: a kept copy could
+    # be stale (a weight changed without a version bump), and no call may read one.
+    assert s.get("weight_uploads", 0) == 0 and s["weight_copies"] == 4 * 5, s
 
 
 @pytest.mark.parametrize("mesh,policy", POLICIES)
