@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from . import distributed as _dist
 from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
@@ -234,6 +235,17 @@ class _Backend:
         self.ranked_calls: collections.deque | None = None
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
+        try:
+            return self._compile(gm, example_inputs, kind)
+        except TpucError as e:
+            # In a torch.distributed job every rank compiles its own graphs: say which one failed
+            # (under torchrun the job then ends, so no other rank waits in a collective for it).
+            label = _dist.rank_label()
+            if label and e.args and not str(e.args[0]).startswith("rank "):
+                e.args = (f"{label}: {e.args[0]}", *e.args[1:])
+            raise
+
+    def _compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
         STATS["aot_graphs"] += 1
         static: set[int] = set()
         buffers: set[int] = set()
@@ -246,8 +258,15 @@ class _Backend:
                 buffers = {i for i, info in enumerate(meta.input_info) if info.mutates_data} & static
         name = f"{self.name}_{kind}"
         checks = _lift_error_checks(gm)
-        collectives = _has_collectives(gm)
-        if collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
+        collectives = _dist.has_collectives(gm)
+        if collectives and _ranks.active() is None and _dist.in_job():
+            # A torch.distributed job: the collectives run in the job's process group and the
+            # compute between them as tpuc programs (see `distributed.py`).
+            if _is_symbolic(gm):
+                inner = ShapeSpecialized(self, gm, name, static, buffers, bucketed=False)
+            else:
+                inner = self.build(gm, name, static, buffers)
+        elif collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
             if meta is not None and any(i.mutates_metadata for i in meta.input_info):
                 raise TpucError(f"tpuc: {name}: per-rank programs do not change an argument's shape or strides in "
                                 "place (resize_, as_strided_, ...)", kind="ranks", graph=name)
@@ -278,10 +297,12 @@ class _Backend:
         from .graph import CompiledGraph
 
         supported = supported_targets()
+        job = _dist.in_job() and _ranks.active() is None and _dist.has_collectives(gm)
         unsupported = {
             n.name
             for n in gm.graph.nodes
             if n.op == "call_function" and not is_getitem(n) and target_name(n.target) not in supported
+            and not (job and _dist.is_collective(n))
         }
         by_name = {n.name: n for n in gm.graph.nodes}
         for _ in range(32):
@@ -290,6 +311,8 @@ class _Backend:
                                            kind="unsupported_op", graph=name,
                                            **_first_node_fields(by_name, unsupported))
             try:
+                if job:
+                    return self._split(gm, name, static, buffers, unsupported, job=True)
                 if not unsupported:
                     compiled = CompiledGraph(gm, name, static, buffers, self.opts)
                     if not compiled.can_run:
@@ -312,7 +335,9 @@ class _Backend:
                 raise
         raise TpucError(f"tpuc: {name}: gave up splitting the graph", kind="internal", graph=name)
 
-    def _split(self, gm, name, static, buffers, unsupported: set[str]):
+    def _split(self, gm, name, static, buffers, unsupported: set[str], job: bool = False):
+        """The graph with `unsupported` nodes (and, in a torch.distributed job, its collectives)
+        run eagerly and the rest compiled in parts."""
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -326,8 +351,17 @@ class _Backend:
         placeholders = {n.name: i for i, n in enumerate(n for n in work.graph.nodes if n.op == "placeholder")}
         partitioner = CapabilityBasedPartitioner(work, Support(), allows_single_node_partition=False,
                                                  non_compute_ops=NON_COMPUTE_OPS)
-        partitions = partitioner.propose_partitions()
+        if job:
+            from torch.fx.passes.infra.partitioner import Partition
+
+            non_compute = set(NON_COMPUTE_OPS)
+            partitions = [Partition(id=k, nodes=nodes) for k, nodes in enumerate(_dist.regions(work, unsupported))
+                          if any(target_name(n.target) not in non_compute for n in nodes)]
+        else:
+            partitions = partitioner.propose_partitions()
         fused = partitioner.fuse_partitions(partitions, prefix="tpuc_part_")
+        if job:
+            _dist.schedule(fused)
         compiled_parts = 0
         for node in list(fused.graph.nodes):
             if node.op != "call_module" or not str(node.target).startswith("tpuc_part_"):
@@ -350,6 +384,10 @@ class _Backend:
             setattr(fused, node.target, GraphModuleWrapper(compiled))
             compiled_parts += 1
         fused.recompile()
+        if job:
+            STATS["job_regions"] += compiled_parts
+            if not unsupported:
+                return _eager(fused)
         STATS["fallback_graphs"] += 1
         STATS["eager_ops"] += len(unsupported)
         new = {(by.target_name, by.source) for by in _describe(gm, unsupported)} - _warned
@@ -412,11 +450,6 @@ def _unsupported_message(gm, names: set[str], graph: str, strict: bool, parts: i
     return head + "\n" + "\n".join(lines)
 
 
-def _has_collectives(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op == "call_function" and str(getattr(n.target, "namespace", "")) == "_c10d_functional"
-               for n in gm.graph.nodes)
-
-
 class RankedGraph:
     """A graph of a per-rank program (see `ranks.py`): compiled when first called, for the rank
     count and process groups of the `run_ranks` call, as one executable over that many devices.
@@ -469,9 +502,11 @@ class RankedGraph:
                                 "tpuc.run_ranks call (call .backward() in the function run_ranks runs)", kind="ranks",
                                 graph=self.name)
             if self.collectives:
-                raise TpucError(f"tpuc: {self.name}: a graph with functional collectives runs as several ranks: call it "
-                                "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks",
-                                graph=self.name)
+                raise TpucError(f"tpuc: {self.name}: this graph has functional collectives, but torch.distributed is "
+                                "not initialized in this process: run the program as a job (torchrun "
+                                "--nproc_per_node=N script.py, which calls torch.distributed.init_process_group), "
+                                "or emulate N ranks in this process with tpuc.run_ranks(fn, [args of rank 0, "
+                                "args of rank 1, ...])", kind="ranks", graph=self.name)
             if self.single is None:
                 self.single = (self.backend.build(self.gm, self.name, self.static, self.buffers) if self.bucket is None
                                else CompiledGraph(self.gm, self.name, self.static, self.buffers, self.backend.opts,
@@ -578,7 +613,7 @@ class ShapeSpecialized:
     (static shapes) and compiled once per concrete shape."""
 
     def __init__(self, backend: _Backend, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int],
-                 ranked: dict | None = None):
+                 ranked: dict | None = None, bucketed: bool = True):
         self._boxed_call = True  # an instance attribute: see CompiledGraph
         # A per-rank graph: every bucket (or shape) is a RankedGraph, compiled for the rank
         # count of the `run_ranks` call, with these keyword arguments (see RankedGraph).
@@ -592,7 +627,7 @@ class ShapeSpecialized:
         self.buckets: dict[tuple, Any] = {}
         self.picked: dict[tuple[str, int], int] = {}  # (symbol, size) -> bucket
         self.dispatch: dict[tuple, Any] = {}  # sizes seen -> their bucket's program
-        bucketed = backend.opts.buckets != "off"
+        bucketed = bucketed and backend.opts.buckets != "off"
         self.size_plan = _size_plan(gm) if bucketed else None
 
     def __call__(self, args):
