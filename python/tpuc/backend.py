@@ -361,7 +361,7 @@ class _Backend:
             partitions = partitioner.propose_partitions()
         fused = partitioner.fuse_partitions(partitions, prefix="tpuc_part_")
         if job:
-            _dist.schedule(fused)
+            _dist.schedule(fused, overlap=self.opts.overlap)
         compiled_parts = 0
         for node in list(fused.graph.nodes):
             if node.op != "call_module" or not str(node.target).startswith("tpuc_part_"):

@@ -24,12 +24,15 @@ elastic agent stops every worker when one fails.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import time
 
 import torch
 import torch.fx
 
 from .serialize import is_getitem
+from .stats import STATS
 
 COLLECTIVE_NAMESPACE = "_c10d_functional"
 
@@ -126,7 +129,8 @@ def _merge(nodes: list[torch.fx.Node], regions: list[_Region]) -> list[list[torc
     """Fewer, larger regions. In a topological order of the regions, each joins the one before
     it where that keeps the split graph acyclic (no node outside the two on a path from one to
     the other) and costs no overlap: the earlier one does not newly wait for a collective
-    unless it is light, and no collective the earlier one feeds is delayed by heavy compute."""
+    unless it is light, and no collective that only one of them feeds waits for the other's
+    heavy compute."""
     # Units: the regions, then every other node (collectives, eager ops, placeholders).
     unit_of: dict[torch.fx.Node, int] = {}
     for k, r in enumerate(regions):
@@ -178,8 +182,11 @@ def _merge(nodes: list[torch.fx.Node], regions: list[_Region]) -> list[list[torc
             between = anc[u] & ~(1 << last)
             cycle = any(between >> x & 1 and anc[x] >> last & 1 for x in range(count))
             extra_waits = r.up & ~cur.up
-            delayed = cur.down & ~r.down
-            if not cycle and (not extra_waits or cur.light) and (not delayed or r.light):
+            # Collectives one part feeds and the other does not: in one program they would
+            # wait for the other part's compute too.
+            delayed_by_r, delayed_by_cur = cur.down & ~r.down, r.down & ~cur.down
+            if not cycle and (not extra_waits or cur.light) and (not delayed_by_r or r.light) \
+                    and (not delayed_by_cur or cur.light):
                 cur.nodes.extend(r.nodes)
                 cur.up |= r.up
                 cur.down |= r.down
@@ -196,25 +203,34 @@ def _merge(nodes: list[torch.fx.Node], regions: list[_Region]) -> list[list[torc
     return [regions[k].nodes for k in range(len(regions)) if alive[k]]
 
 
-def schedule(gm: torch.fx.GraphModule) -> None:
+def schedule(gm: torch.fx.GraphModule, overlap: bool = True) -> None:
     """Reorders `gm`'s nodes (a topological order still): collectives as early as their inputs
-    allow, waits as late as their users allow, everything else in its order."""
+    allow, compute that feeds one before other compute, waits as late as their users allow,
+    everything else in its order. Without
+    `overlap`, each wait follows its collective at once (what running every collective as its
+    own step costs; for measurements). Every collective call is timed into
+    `stats()["collective_blocked_ns"]`: the host time spent issuing and waiting for them."""
     graph = gm.graph
     nodes = list(graph.nodes)
     position = {n: k for k, n in enumerate(nodes)}
     indegree = {n: len(set(n.all_input_nodes)) for n in nodes}
     ready: list[tuple[int, int, torch.fx.Node]] = []
 
+    def feeds_collective(n: torch.fx.Node) -> bool:
+        return any(is_collective(u) or (is_getitem(u) and feeds_collective(u)) for u in n.users)
+
     def rank(n: torch.fx.Node) -> int:
         if n.op == "placeholder":
             return 0
         if n.op == "output":
-            return 4
+            return 5
         if is_wait(n):
-            return 3
+            return 4
         if is_collective(n) or (is_getitem(n) and is_collective(n.args[0])):
             return 1
-        return 2
+        # Compute a collective waits for goes first, so the collective is in flight while the
+        # rest runs.
+        return 2 if feeds_collective(n) else 3
 
     def push(n):
         heapq.heappush(ready, (rank(n), position[n], n))
@@ -236,5 +252,28 @@ def schedule(gm: torch.fx.GraphModule) -> None:
     # before it in the new order.
     for prev, n in zip(order, order[1:]):
         prev.append(n)
+    if not overlap:
+        for n in list(graph.nodes):
+            if is_wait(n) and isinstance(n.args[0], torch.fx.Node):
+                n.args[0].append(n)
+    for n in graph.nodes:
+        if is_collective(n):
+            n.target = _timed(n.target)
     graph.lint()
     gm.recompile()
+
+
+@functools.cache
+def _timed(op):
+    """`op` (a collective or its wait), counting the time spent in it."""
+
+    def call(*args, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return op(*args, **kwargs)
+        finally:
+            STATS["collective_blocked_ns"] += time.perf_counter_ns() - t0
+
+    call.__name__ = call.__qualname__ = f"timed_{getattr(op, '__name__', 'collective').replace('.', '_')}"
+    call.__module__ = __name__
+    return call

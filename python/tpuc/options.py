@@ -18,6 +18,7 @@ else defaults.
 | mesh | TPUC_MESH | - | run every graph as an SPMD program over a device mesh, e.g. `x=2,y=2` (CPU: that many devices in this process; TPU: one partition per chip) |
 | shard_policy | TPUC_SHARD_POLICY | - | with `mesh`: `dp`, `fsdp` or `tp` (see the README's SPMD section) |
 | shard | - | - | with `mesh`: `{argument name: "x,_"}` for arguments the policy should not decide (names as in `dump_dir`'s IR) |
+| overlap | TPUC_OVERLAP | 1 | in a torch.distributed job: issue each collective as soon as its input exists and wait for it as late as possible (0: wait at once; for measuring what overlap saves) |
 | buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
 | cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
 
@@ -51,6 +52,7 @@ class Options:
     bf16: bool = False
     allow_excess_precision: bool = False
     fusion: bool = True
+    overlap: bool = True
     mesh: str | None = None
     shard_policy: str | None = None
     shard: tuple[tuple[str, str], ...] = ()
@@ -76,7 +78,7 @@ class Options:
             else:
                 known = ", ".join(sorted(fields | {"cache_tier2", "cache_tier2_root", "cache_tier3_root", "..."}))
                 raise ValueError(f"tpuc: unknown option {key!r} (known: {known})")
-        for name in ("strict", "debug", "verify_each", "no_recompile", "bf16", "allow_excess_precision", "fusion"):
+        for name in ("strict", "debug", "verify_each", "no_recompile", "bf16", "allow_excess_precision", "fusion", "overlap"):
             if name in values:
                 values[name] = _as_bool(name, values[name])
         if "target" in values:

@@ -11,8 +11,12 @@ STATS: collections.Counter = collections.Counter()
 def stats() -> dict[str, int]:
     """A copy of the counters: `dynamo_graphs`, `aot_graphs`, `compiles`, `cache_<source>`,
     `buckets` (bucketed programs compiled for graphs with symbolic sizes), `specializations`
-    (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads`,
-    `weight_shares` (weights another program had resident), `fallback_graphs`, `eager_ops`."""
+    (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads` (weights
+    made resident: on the CPU plugin read in place from their tensors),
+    `weight_shares` (weights another program had resident), `weight_copies` (weights a plugin
+    could not read in place, copied for one call), `fallback_graphs`, `eager_ops`; in a
+    torch.distributed job `job_regions` (programs compiled between collectives) and
+    `collective_blocked_ns` (host time spent issuing and waiting for collectives)."""
     return dict(STATS)
 
 

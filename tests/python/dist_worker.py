@@ -91,6 +91,27 @@ class Gathered(nn.Module):
         return p.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
 
 
+def build_parallel(setup: str, model: nn.Module, mesh) -> nn.Module:
+    """`model` (its Blocks) parallelized in place: tensor parallel (`tp`, `tp_infer`) or
+    SimpleFSDP's layout (`simplefsdp`)."""
+    if setup in ("tp", "tp_infer"):
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        plan = {f"attn.{n}": ColwiseParallel() for n in ("q", "k", "v")}
+        plan.update({"attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
+        for blk in [m for m in model.modules() if isinstance(m, Block)]:
+            parallelize_module(blk, mesh, plan)
+        return model
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.nn.utils import parametrize
+
+    for mod in list(model.modules()):
+        for name, p in list(mod.named_parameters(recurse=False)):
+            setattr(mod, name, nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)])))
+            parametrize.register_parametrization(mod, name, Gathered(), unsafe=True)
+    return model
+
+
 def build(setup: str, backend: str | None, options: dict, init: dict, mesh):
     """The model of `setup`, with `init`'s values, compiled with `backend` (None: eager)."""
     model = Model()
@@ -111,22 +132,8 @@ def build(setup: str, backend: str | None, options: dict, init: dict, mesh):
             fully_shard(blk, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return model, model
-    if setup in ("tp", "tp_infer"):
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        plan = {f"attn.{n}": ColwiseParallel() for n in ("q", "k", "v")}
-        plan.update({"attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
-        for blk in model.blocks:
-            parallelize_module(blk, mesh, plan)
-        return (torch.compile(model, **compile_kw) if backend else model), model
-    if setup == "simplefsdp":
-        from torch.distributed.tensor import Shard, distribute_tensor
-        from torch.nn.utils import parametrize
-
-        for mod in list(model.modules()):
-            for name, p in list(mod.named_parameters(recurse=False)):
-                setattr(mod, name, nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)])))
-                parametrize.register_parametrization(mod, name, Gathered(), unsafe=True)
+    if setup in ("tp", "tp_infer", "simplefsdp"):
+        model = build_parallel(setup, model, mesh)
         return (torch.compile(model, **compile_kw) if backend else model), model
     raise SystemExit(f"unknown setup {setup!r}")
 

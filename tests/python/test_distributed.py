@@ -70,3 +70,46 @@ def test_collectives_without_a_job_say_what_to_do():
 
     with pytest.raises(tpuc.TpucError, match="torch.distributed is not initialized.*torchrun.*run_ranks"):
         torch.compile(f, backend="tpuc")(torch.randn(4))
+
+
+def test_independent_compute_is_scheduled_between_a_collective_and_its_wait():
+    """The split graph issues the all-reduce as soon as its input exists, runs the compute that
+    does not need it, and only then waits (the order the job runs, checked on the graph)."""
+    import torch
+    import torch.distributed as dist
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
+    from torch.fx.passes.operator_support import OperatorSupportBase
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from tpuc import distributed as jd
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        def f(x, w, y, v):
+            a = torch.ops._c10d_functional.all_reduce(torch.tanh(x @ w), "sum", "0")
+            b = torch.relu(y @ v) * 2  # needs no collective
+            return torch.ops._c10d_functional.wait_tensor(a) + b
+
+        args = [torch.randn(8, 8) for _ in range(4)]
+        gm = make_fx(f)(*args)
+        regions = jd.regions(gm, set())
+        assert len(regions) == 3, [[n.name for n in r] for r in regions]
+
+        class All(OperatorSupportBase):
+            def is_node_supported(self, submodules, node):
+                return True
+
+        fused = CapabilityBasedPartitioner(gm, All()).fuse_partitions(
+            [Partition(id=k, nodes=r) for k, r in enumerate(regions)], prefix="part_")
+        jd.schedule(fused)
+        order = [n.op if n.op == "call_module" else getattr(n.target, "__name__", n.op)
+                 for n in fused.graph.nodes if n.op in ("call_module", "call_function")]
+        assert order == ["call_module", "timed_all_reduce_default", "call_module", "timed_wait_tensor_default",
+                         "call_module"], order
+        torch.testing.assert_close(fused(*args), f(*args))
+    finally:
+        if started:
+            dist.destroy_process_group()
