@@ -11,6 +11,7 @@ Setups (how PyTorch distributes training):
   simplefsdp  every parameter a DTensor Shard(0), gathered in the forward by a parametrization
               (all-gather in the forward, reduce-scatter in the backward), the whole model compiled
   tp_infer    the tp model in inference (no_grad), compared with eager
+  llama_infer a Llama-style model (RMSNorm, RoPE, SwiGLU) tensor parallel, in inference
   branch      a function with an all-reduce whose compute differs by rank (code that branches
               on the rank): every rank compiles its own programs, results equal to eager
   fail        like branch, but rank 1's graph has an op tpuc cannot compile (strict): rank 1
@@ -69,10 +70,39 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class Model(nn.Module):
-    def __init__(self, d: int = D, heads: int = HEADS, depth: int = 2):
+class LlamaBlock(nn.Module):
+    """A Llama-style block: RMSNorm, attention with rotary embeddings, SwiGLU MLP."""
+
+    def __init__(self, d: int, heads: int):
         super().__init__()
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(depth))
+        self.hd = d // heads
+        self.norm1, self.norm2 = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.down = nn.Linear(2 * d, d, bias=False)
+
+    def rope(self, t):
+        s, half = t.shape[2], self.hd // 2
+        freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+        ang = torch.arange(s, dtype=torch.float32)[:, None] * freq[None, :]
+        cos, sin = ang.cos(), ang.sin()
+        a, b = t[..., :half], t[..., half:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (f(h).view(b, s, -1, self.hd).transpose(1, 2) for f in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(b, s, -1))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Model(nn.Module):
+    def __init__(self, d: int = D, heads: int = HEADS, depth: int = 2, block=None):
+        super().__init__()
+        self.blocks = nn.ModuleList((block or Block)(d, heads) for _ in range(depth))
         self.head = nn.Linear(d, 1)
 
     def forward(self, x):
@@ -94,13 +124,16 @@ class Gathered(nn.Module):
 def build_parallel(setup: str, model: nn.Module, mesh) -> nn.Module:
     """`model` (its Blocks) parallelized in place: tensor parallel (`tp`, `tp_infer`) or
     SimpleFSDP's layout (`simplefsdp`)."""
-    if setup in ("tp", "tp_infer"):
+    if setup in ("tp", "tp_infer", "llama_infer"):
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         plan = {f"attn.{n}": ColwiseParallel() for n in ("q", "k", "v")}
         plan.update({"attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
-        for blk in [m for m in model.modules() if isinstance(m, Block)]:
-            parallelize_module(blk, mesh, plan)
+        llama = {n: ColwiseParallel() for n in ("q", "k", "v", "gate", "up")}
+        llama.update({"o": RowwiseParallel(), "down": RowwiseParallel()})
+        for blk in model.modules():
+            if isinstance(blk, (Block, LlamaBlock)):
+                parallelize_module(blk, mesh, plan if isinstance(blk, Block) else llama)
         return model
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.nn.utils import parametrize
@@ -114,7 +147,7 @@ def build_parallel(setup: str, model: nn.Module, mesh) -> nn.Module:
 
 def build(setup: str, backend: str | None, options: dict, init: dict, mesh):
     """The model of `setup`, with `init`'s values, compiled with `backend` (None: eager)."""
-    model = Model()
+    model = Model(block=LlamaBlock if setup == "llama_infer" else None)
     model.load_state_dict(init)
     compile_kw = dict(backend=backend, options=options) if backend not in (None, "eager", "aot_eager") else \
         dict(backend=backend)
@@ -132,7 +165,7 @@ def build(setup: str, backend: str | None, options: dict, init: dict, mesh):
             fully_shard(blk, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return model, model
-    if setup in ("tp", "tp_infer", "simplefsdp"):
+    if setup in ("tp", "tp_infer", "llama_infer", "simplefsdp"):
         model = build_parallel(setup, model, mesh)
         return (torch.compile(model, **compile_kw) if backend else model), model
     raise SystemExit(f"unknown setup {setup!r}")
@@ -149,7 +182,7 @@ def full_params(model) -> dict[str, torch.Tensor]:
 def run(setup: str, backend: str | None, options: dict, init: dict, batches, mesh):
     model, plain = build(setup, backend, options, init, mesh)
     losses = []
-    if setup == "tp_infer":
+    if setup in ("tp_infer", "llama_infer"):
         with torch.no_grad():
             for x in batches:
                 losses.append(float(model(x)))
@@ -204,9 +237,9 @@ def main() -> int:
 
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
-    init = Model().state_dict()
+    init = Model(block=LlamaBlock if args.setup == "llama_infer" else None).state_dict()
     # Data parallel setups give each rank its own batch; tensor parallel ones one batch for all.
-    data_seed = 100 + (0 if args.setup in ("tp", "tp_infer") else rank)
+    data_seed = 100 + (0 if args.setup in ("tp", "tp_infer", "llama_infer") else rank)
     g = torch.Generator().manual_seed(data_seed)
     batches = [torch.randn(BATCH, SEQ, D, generator=g) for _ in range(STEPS)]
 

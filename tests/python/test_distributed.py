@@ -27,7 +27,7 @@ def results(tmp_path, ranks: int) -> list[dict]:
     return [json.load(open(os.path.join(tmp_path, f"rank_{r}.json"))) for r in range(ranks)]
 
 
-CASES = [(s, 2) for s in ("ddp", "fsdp2", "tp", "simplefsdp", "tp_infer", "branch")] + \
+CASES = [(s, 2) for s in ("ddp", "fsdp2", "tp", "simplefsdp", "tp_infer", "llama_infer", "branch")] + \
         [(s, 4) for s in ("ddp", "fsdp2", "tp", "simplefsdp")]
 
 
@@ -40,7 +40,7 @@ def test_job_trains_equal_to_eager(setup, ranks, tmp_path):
         assert r["loss_diff"] <= 1e-5 and r["param_diff"] <= 1e-5, r
         assert r["programs"] > 0, r
         assert r["stats"].get("fallback_graphs", 0) == 0, r
-        if setup in ("tp", "simplefsdp", "tp_infer", "branch"):
+        if setup in ("tp", "simplefsdp", "tp_infer", "llama_infer", "branch"):
             # The collectives ran in the job, between programs tpuc compiled.
             assert r["stats"].get("job_regions", 0) > 1, r
     if setup != "branch":
