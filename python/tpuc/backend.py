@@ -30,6 +30,7 @@ import torch
 import torch.fx
 
 from . import distributed as _dist
+from . import random as _random
 from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
@@ -246,6 +247,14 @@ class _Backend:
             raise
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
+        # Random ops draw from tpuc.uniform and a seed input each call takes from torch's
+        # generator (see `random.py`).
+        if _random.rewrite(gm):
+            STATS["random_graphs"] += 1
+            return _random.Seeded(self._compile_graph(gm, example_inputs, kind, random=True))
+        return self._compile_graph(gm, example_inputs, kind)
+
+    def _compile_graph(self, gm: torch.fx.GraphModule, example_inputs, kind: str, random: bool = False):
         STATS["aot_graphs"] += 1
         static: set[int] = set()
         buffers: set[int] = set()
@@ -287,7 +296,8 @@ class _Backend:
             else:
                 inner = RankedGraph(self, gm, name, static, buffers, **ranked)
         elif _is_symbolic(gm):
-            inner = ShapeSpecialized(self, gm, name, static, buffers)
+            # A random draw's positions follow the real sizes: such graphs compile per shape.
+            inner = ShapeSpecialized(self, gm, name, static, buffers, bucketed=not random)
         else:
             inner = self.build(gm, name, static, buffers)
         return _Checked(inner, checks) if checks else inner
@@ -502,11 +512,16 @@ class RankedGraph:
                                 "tpuc.run_ranks call (call .backward() in the function run_ranks runs)", kind="ranks",
                                 graph=self.name)
             if self.collectives:
-                raise TpucError(f"tpuc: {self.name}: this graph has functional collectives, but torch.distributed is "
-                                "not initialized in this process: run the program as a job (torchrun "
-                                "--nproc_per_node=N script.py, which calls torch.distributed.init_process_group), "
-                                "or emulate N ranks in this process with tpuc.run_ranks(fn, [args of rank 0, "
-                                "args of rank 1, ...])", kind="ranks", graph=self.name)
+                import torch.distributed as dist
+
+                where = ("only torch.distributed's tracing group (\"fake\") is set up in this process"
+                         if dist.is_available() and dist.is_initialized() else
+                         "torch.distributed is not initialized in this process")
+                raise TpucError(f"tpuc: {self.name}: this graph has functional collectives, but {where}: run the "
+                                "program as a job (torchrun --nproc_per_node=N script.py, which calls "
+                                "torch.distributed.init_process_group), or emulate N ranks in this process "
+                                "through tpuc.run_ranks(fn, [args of rank 0, args of rank 1, ...])", kind="ranks",
+                                graph=self.name)
             if self.single is None:
                 self.single = (self.backend.build(self.gm, self.name, self.static, self.buffers) if self.bucket is None
                                else CompiledGraph(self.gm, self.name, self.static, self.buffers, self.backend.opts,

@@ -23,6 +23,7 @@ pub mod order;
 pub mod reduce;
 pub mod shape;
 pub mod solve;
+pub mod random;
 pub mod sym;
 
 use crate::dtypes::{self, Participant};
@@ -184,7 +185,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 15] = [
+        let tables: [&[(&str, OpFn)]; 16] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -200,6 +201,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             backward::OPS,
             collective::OPS,
             sym::OPS,
+            random::OPS,
         ];
         let mut m = HashMap::new();
         for t in tables {
