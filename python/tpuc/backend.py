@@ -296,8 +296,7 @@ class _Backend:
             else:
                 inner = RankedGraph(self, gm, name, static, buffers, **ranked)
         elif _is_symbolic(gm):
-            # A random draw's positions follow the real sizes: such graphs compile per shape.
-            inner = ShapeSpecialized(self, gm, name, static, buffers, bucketed=not random)
+            inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
             inner = self.build(gm, name, static, buffers)
         return _Checked(inner, checks) if checks else inner

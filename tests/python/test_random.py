@@ -188,3 +188,22 @@ def test_hf_default_config_trains_with_dropout_in_strict_mode(name):
         assert abs(a - b) <= 0.05 * abs(b), (got, eager)
     torch._dynamo.reset()
     assert train(torch.compile(model, backend="tpuc", options=STRICT)) == got, "one seed, one run"
+
+
+@pytest.mark.parametrize("buckets", ["off", "8,16", "16,32"])
+def test_bucketed_draws_do_not_depend_on_the_bucket(buckets):
+    """A draw's numbers for the real elements are those of the unpadded tensor whatever bucket
+    the call runs in (positions follow the real sizes): the same mask with buckets off, padded
+    to 8 or to 16, and equal to the generator's eager kernel."""
+    p = 0.5
+    f = torch.compile(lambda x: F.dropout(x, p, training=True), backend="tpuc",
+                      options={"strict": True, "buckets": buckets})
+    x = torch.ones(5, 7)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.manual_seed(11)
+    seed = torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)
+    want = (_uniform_eager(seed, 0, [5, 7], torch.float32) >= p).float() / (1 - p)
+    torch.manual_seed(11)
+    torch.testing.assert_close(f(x), want, rtol=0, atol=0)
+    s = tpuc.stats()
+    assert s.get("buckets", 0) == (0 if buckets == "off" else 1), s

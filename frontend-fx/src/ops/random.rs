@@ -16,13 +16,16 @@
 //!
 //! so `u` is uniform on `[0, 1)` with every value exactly representable in the result dtype
 //! (24 bits for f32, 11 for f16, 8 for bf16, 32 for f64). Python's eager kernel of the op
-//! computes the same bits. Shifts are divisions by powers of two (unsigned), which XLA turns
+//! computes the same bits. Positions follow the real sizes, so a bucketed program (symbolic
+//! dims padded) draws the same numbers for the real elements as the unpadded one. Shifts are divisions by powers of two (unsigned), which XLA turns
 //! back into shifts.
 
 use super::*;
 use Opcode as O;
 
-pub const OPS: &[(&str, OpFn)] = &[("torch.ops.tpuc.uniform.default", uniform)];
+pub const OPS: &[(&str, OpFn)] = &[
+    ("torch.ops.tpuc.uniform.default", uniform),
+];
 
 const GOLDEN: u64 = 0x9E37_79B9;
 const OFFSET: u64 = 0x7F4A_7C15;
@@ -73,18 +76,11 @@ fn uniform(cx: &mut Ctx) -> R<Vec<Val>> {
     let dims = cx.size_dims("size")?;
     let dt = cx.opt_dtype("dtype")?.unwrap_or(dtypes::DEFAULT_FLOAT);
     let m = bits_for(dt)?;
-    let mut n: u64 = 1;
-    let mut shape = Vec::with_capacity(dims.len());
-    for d in &dims {
-        match d {
-            Dim::Static(s) => {
-                n = n.saturating_mul(*s as u64);
-                shape.push(*s);
-            }
-            Dim::Sym(_) => return err("random numbers over a symbolic size are drawn per shape (the graph compiles per shape)"),
-        }
-    }
-    if n > u32::MAX as u64 {
+    let n = dims.iter().try_fold(1u64, |acc, d| match d {
+        Dim::Static(s) => Some(acc.saturating_mul(*s as u64)),
+        Dim::Sym(_) => None,
+    });
+    if let Some(n) = n.filter(|&n| n > u32::MAX as u64) {
         return err(format!("a random draw of {n} elements exceeds the generator's 2^32 positions"));
     }
     if cx.ty(seed).dims.as_slice() != [Dim::Static(2)] {
@@ -106,16 +102,45 @@ fn uniform(cx: &mut Ctx) -> R<Vec<Val>> {
         let x = cx.bin(O::Xor, k1, a)?;
         mix(cx, x)?
     };
-    let flat = [Dim::Static(n as i64)];
-    let idx = cx.iota(DType::U32, &flat, 0)?;
-    let a = cx.broadcast_to(a, &flat)?;
-    let b = cx.broadcast_to(b, &flat)?;
+    let idx = positions(cx, &dims)?;
+    let a = cx.broadcast_to(a, &dims)?;
+    let b = cx.broadcast_to(b, &dims)?;
     let h = cx.bin(O::Xor, idx, a)?;
     let h = mix(cx, h)?;
     let h = cx.bin(O::Add, h, b)?;
     let h = mix(cx, h)?;
     let top = shr(cx, h, 32 - m)?;
     let u = cx.convert(top, dt)?;
-    let u = cx.bin_c(O::Mul, u, 2f64.powi(-(m as i32)))?;
-    one(cx.reshape(u, shape.into_iter().map(Dim::Static).collect())?)
+    one(cx.bin_c(O::Mul, u, 2f64.powi(-(m as i32)))?)
+}
+
+/// Every element's row-major position in a tensor of `dims`: `sum_d i_d * stride_d`, with the
+/// strides of the real sizes. Under a bucket (symbolic dims padded) a real element keeps the
+/// position it has in the unpadded tensor, so its random number does not depend on the bucket.
+fn positions(cx: &mut Ctx, dims: &[Dim]) -> R<ValueId> {
+    let mut k: Option<ValueId> = None;
+    let mut stride = SymExpr::constant(1);
+    for d in (0..dims.len()).rev() {
+        let i = cx.iota(DType::U32, dims, d)?;
+        let term = if stride.as_const() == Some(1) {
+            i
+        } else {
+            let s = cx.sym_operand(&stride)?;
+            let s = cx.mat(&s, DType::U32, dims)?;
+            cx.bin(O::Mul, i, s)?
+        };
+        k = Some(match k {
+            None => term,
+            Some(acc) => cx.bin(O::Add, acc, term)?,
+        });
+        let size = match &dims[d] {
+            Dim::Static(c) => SymExpr::constant(*c),
+            Dim::Sym(e) => e.clone(),
+        };
+        stride = stride.mul(&size);
+    }
+    match k {
+        Some(k) => Ok(k),
+        None => cx.scalar(Scalar::Int(0), DType::U32),
+    }
 }

@@ -15,6 +15,11 @@ import sys
 
 import torch
 
+try:  # tpuc's own ops (torch.ops.tpuc.*) are defined by its Python package
+    import tpuc.random  # noqa: F401
+except ImportError:
+    pass
+
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "ops")
 targets = []
 for f in sorted(glob.glob(os.path.join(root, "**", "*.rs"), recursive=True)):
