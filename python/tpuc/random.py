@@ -73,13 +73,16 @@ def _uniform_fake(seed, stream, size, dtype):
 
 aten = torch.ops.aten
 _uniform = torch.ops.tpuc.uniform.default
+_RANDOM_FROM = getattr(aten.random, "from")  # a Python keyword
 
 # The random ops rewritten, by overload.
 RANDOM_OPS = {
     aten.native_dropout.default, aten.rand.default, aten.rand_like.default, aten.randn.default,
     aten.randn_like.default, aten.bernoulli.default, aten.bernoulli.p, aten.uniform.default,
     aten.normal_functional.default, aten.randint.low, aten.randint.default, aten.randint_like.default,
-    aten.randint_like.low_dtype, aten.exponential.default,
+    aten.randint_like.low_dtype, aten.exponential.default, aten.dropout.default, aten.normal.Tensor_float,
+    aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float, _RANDOM_FROM, aten.random.to,
+    aten.randperm.default,
 }
 
 
@@ -188,6 +191,28 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                 mean, std = float(_arg(node, 1, "mean", 0.0)), float(_arg(node, 2, "std", 1.0))
                 z = w.normal(out.shape, out.dtype)
                 new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, z, std), mean)
+            elif t is aten.dropout.default:
+                x, p, train = node.args[0], float(node.args[1]), node.args[2]
+                if not train:
+                    new = x
+                else:
+                    keep = w.call(aten.ge.Scalar, w.uniform(out.shape, torch.float32), p)
+                    new = w.call(aten.mul.Tensor, w.call(aten.mul.Tensor, x, keep), 0.0 if p >= 1 else 1 / (1 - p))
+            elif t in (aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
+                       aten.normal.float_float):
+                mean, std = _arg(node, 0, "mean", 0.0), _arg(node, 1, "std", 1.0)
+                z = w.normal(out.shape, out.dtype)
+                new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, z, std), mean)
+            elif t is aten.randperm.default:
+                u = w.uniform([int(node.args[0])], torch.float64)
+                new = w.convert(w.call(aten.argsort.stable, u, stable=True), out.dtype)
+            elif t in (_RANDOM_FROM, aten.random.to):
+                low, high = (0, node.args[1]) if t is aten.random.to else (node.args[1], node.args[2])
+                if high is None:
+                    raise NotImplementedError("random_(from) without `to` is not supported")
+                u = w.uniform(out.shape, torch.float64)
+                r = w.call(aten.floor.default, w.call(aten.mul.Tensor, u, float(int(high) - int(low))))
+                new = w.convert(w.call(aten.add.Tensor, r, float(low)), out.dtype)
             elif t is aten.exponential.default:
                 lambd = float(_arg(node, 1, "lambd", 1.0))
                 u = w.uniform(out.shape, out.dtype)

@@ -207,3 +207,18 @@ def test_bucketed_draws_do_not_depend_on_the_bucket(buckets):
     torch.testing.assert_close(f(x), want, rtol=0, atol=0)
     s = tpuc.stats()
     assert s.get("buckets", 0) == (0 if buckets == "off" else 1), s
+
+
+def test_randperm_normal_overloads_and_dropout():
+    # (Tensor.random_ breaks Dynamo's graph before any backend sees it.)
+    torch.manual_seed(4)
+
+    def f(m, sd):
+        return (torch.randperm(1000), torch.normal(m, 2.0), torch.normal(m, sd), torch.normal(1.0, sd),
+                torch.ops.aten.dropout(torch.ones(N), 0.25, True))
+
+    perm, n1, n2, n3, d = compiled(f)(torch.full((N,), 3.0), torch.full((N,), 0.5))
+    assert torch.equal(perm.sort().values, torch.arange(1000)) and not torch.equal(perm, torch.arange(1000))
+    assert abs(float(n1.mean()) - 3) < sigma5(2) and abs(float(n1.std()) - 2) < 0.02
+    assert abs(float(n2.mean()) - 3) < sigma5(0.5) and abs(float(n3.mean()) - 1) < sigma5(0.5)
+    assert abs(float((d != 0).double().mean()) - 0.75) < sigma5(math.sqrt(0.1875))
