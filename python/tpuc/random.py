@@ -119,9 +119,30 @@ class _Writer:
         return self.call(aten._to_copy.default, x, dtype=dtype)
 
 
-def _size_of(n) -> list:
-    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
-    return list(v.shape)
+# Where a random op without a tensor of its result's shape takes its size.
+_SIZE_ARG = {aten.rand.default: 0, aten.randn.default: 0, aten.randint.default: 1, aten.randint.low: 2,
+             aten.normal.float_float: 2, aten.randperm.default: 0}
+
+
+def _size_args(w: "_Writer", node: torch.fx.Node) -> list:
+    """The result's size as the op's arguments (ints, and FX nodes for symbolic sizes): a
+    symbolic size must stay tied to the graph's values, not be baked in."""
+    out = node.meta["val"]
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    if node.target in _SIZE_ARG:
+        size = node.args[_SIZE_ARG[node.target]] if len(node.args) > _SIZE_ARG[node.target] else node.kwargs["size"]
+        return [size] if node.target is aten.randperm.default else list(size)
+    src = next((a for a in node.args if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+                and tuple(a.meta["val"].shape) == tuple(out.shape)), None)
+    sizes = []
+    for d, n in enumerate(out.shape):
+        if isinstance(n, int):
+            sizes.append(n)
+        elif src is not None:
+            sizes.append(w.call(aten.sym_size.int, src, d))
+        else:
+            raise NotImplementedError(f"{node.target}: symbolic size {n} with no tensor to read it from")
+    return sizes
 
 
 def _dtype_of(n) -> torch.dtype:
@@ -154,6 +175,7 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
             w = _Writer(g, node, seed, streams)
             out = node.meta["val"]
             t = node.target
+            size = _size_args(w, node)
             if t is aten.native_dropout.default:
                 x, p = node.args[0], float(_arg(node, 1, "p"))
                 train = _arg(node, 2, "train", True)
@@ -162,7 +184,7 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                     keep = w.call(aten.ones_like.default, x, dtype=torch.bool)
                     res = x
                 else:
-                    u = w.uniform(val.shape, torch.float32)
+                    u = w.uniform(size, torch.float32)
                     keep = w.call(aten.ge.Scalar, u, p)
                     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
                     res = w.call(aten.mul.Tensor, w.call(aten.mul.Tensor, x, keep), scale)
@@ -172,50 +194,50 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                         g.erase_node(user)
                 new = None
             elif t in (aten.rand.default, aten.rand_like.default):
-                new = w.uniform(out.shape, out.dtype)
+                new = w.uniform(size, out.dtype)
             elif t in (aten.randn.default, aten.randn_like.default):
-                new = w.normal(out.shape, out.dtype)
+                new = w.normal(size, out.dtype)
             elif t is aten.bernoulli.default:
-                u = w.uniform(out.shape, torch.float32)
+                u = w.uniform(size, torch.float32)
                 p = node.args[0]
                 pf = p if _dtype_of(p) == torch.float32 else w.convert(p, torch.float32)
                 new = w.convert(w.call(aten.lt.Tensor, u, pf), out.dtype)
             elif t is aten.bernoulli.p:
-                u = w.uniform(out.shape, torch.float32)
+                u = w.uniform(size, torch.float32)
                 new = w.convert(w.call(aten.lt.Scalar, u, float(_arg(node, 1, "p", 0.5))), out.dtype)
             elif t is aten.uniform.default:
                 lo, hi = float(_arg(node, 1, "from", 0.0)), float(_arg(node, 2, "to", 1.0))
-                u = w.uniform(out.shape, out.dtype)
+                u = w.uniform(size, out.dtype)
                 new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, u, hi - lo), lo)
             elif t is aten.normal_functional.default:
                 mean, std = float(_arg(node, 1, "mean", 0.0)), float(_arg(node, 2, "std", 1.0))
-                z = w.normal(out.shape, out.dtype)
+                z = w.normal(size, out.dtype)
                 new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, z, std), mean)
             elif t is aten.dropout.default:
                 x, p, train = node.args[0], float(node.args[1]), node.args[2]
                 if not train:
                     new = x
                 else:
-                    keep = w.call(aten.ge.Scalar, w.uniform(out.shape, torch.float32), p)
+                    keep = w.call(aten.ge.Scalar, w.uniform(size, torch.float32), p)
                     new = w.call(aten.mul.Tensor, w.call(aten.mul.Tensor, x, keep), 0.0 if p >= 1 else 1 / (1 - p))
             elif t in (aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
                        aten.normal.float_float):
                 mean, std = _arg(node, 0, "mean", 0.0), _arg(node, 1, "std", 1.0)
-                z = w.normal(out.shape, out.dtype)
+                z = w.normal(size, out.dtype)
                 new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, z, std), mean)
             elif t is aten.randperm.default:
-                u = w.uniform([int(node.args[0])], torch.float64)
+                u = w.uniform(size, torch.float64)
                 new = w.convert(w.call(aten.argsort.stable, u, stable=True), out.dtype)
             elif t in (_RANDOM_FROM, aten.random.to):
                 low, high = (0, node.args[1]) if t is aten.random.to else (node.args[1], node.args[2])
                 if high is None:
                     raise NotImplementedError("random_(from) without `to` is not supported")
-                u = w.uniform(out.shape, torch.float64)
+                u = w.uniform(size, torch.float64)
                 r = w.call(aten.floor.default, w.call(aten.mul.Tensor, u, float(int(high) - int(low))))
                 new = w.convert(w.call(aten.add.Tensor, r, float(low)), out.dtype)
             elif t is aten.exponential.default:
                 lambd = float(_arg(node, 1, "lambd", 1.0))
-                u = w.uniform(out.shape, out.dtype)
+                u = w.uniform(size, out.dtype)
                 new = w.call(aten.mul.Tensor, w.call(aten.log1p.default, w.call(aten.neg.default, u)), -1.0 / lambd)
             else:  # randint / randint_like: low + floor(u * (high - low)), u with 32 bits
                 if t is aten.randint.default:
@@ -226,7 +248,7 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                     low, high = 0, int(node.args[1])
                 else:
                     low, high = int(node.args[1]), int(node.args[2])
-                u = w.uniform(out.shape, torch.float64)
+                u = w.uniform(size, torch.float64)
                 r = w.call(aten.floor.default, w.call(aten.mul.Tensor, u, float(high - low)))
                 new = w.convert(w.call(aten.add.Tensor, r, float(low)), out.dtype)
             if new is not None:
