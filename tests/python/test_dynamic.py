@@ -5,6 +5,7 @@ gives eager's tokens."""
 
 import pytest
 import torch
+import transformers  # in requirements-dev.txt: these tests run, never skip
 from grad_check import assert_grads_match
 from make_fixtures import GPT2Block
 
@@ -91,7 +92,6 @@ def test_bad_bucket_option_is_a_clear_error():
 
 
 def test_hf_generate_same_tokens_few_compiles_weights_once():
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=512)
     model = transformers.GPT2LMHeadModel(cfg).eval()
@@ -149,7 +149,6 @@ def test_training_over_changing_lengths_equals_eager():
 
 
 def _hf_model(name: str):
-    transformers = pytest.importorskip("transformers")
     small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64,
                  max_position_embeddings=64)
     if name == "bert":
@@ -218,7 +217,6 @@ def test_hf_gpt2_training_over_changing_lengths_equals_eager():
     prefix into the split's layout instead of compiling per shape. Every graph is bucketed:
     the label gather pairs rows through a gather batch dim, and the logits slice's backward
     (a slice_scatter along the length) keeps the length symbolic."""
-    transformers = pytest.importorskip("transformers")
     torch._dynamo.reset()
     tpuc.reset_stats()
     torch.manual_seed(0)
