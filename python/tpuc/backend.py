@@ -251,10 +251,10 @@ class _Backend:
         # generator (see `random.py`).
         if _random.rewrite(gm):
             STATS["random_graphs"] += 1
-            return _random.Seeded(self._compile_graph(gm, example_inputs, kind, random=True))
+            return _random.Seeded(self._compile_graph(gm, example_inputs, kind))
         return self._compile_graph(gm, example_inputs, kind)
 
-    def _compile_graph(self, gm: torch.fx.GraphModule, example_inputs, kind: str, random: bool = False):
+    def _compile_graph(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
         STATS["aot_graphs"] += 1
         static: set[int] = set()
         buffers: set[int] = set()

@@ -179,7 +179,6 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
             if t is aten.native_dropout.default:
                 x, p = node.args[0], float(_arg(node, 1, "p"))
                 train = _arg(node, 2, "train", True)
-                val = out[0]
                 if train is False:
                     keep = w.call(aten.ones_like.default, x, dtype=torch.bool)
                     res = x
