@@ -29,6 +29,24 @@ pub fn user_input_types(module: &Module) -> Vec<(String, TensorType)> {
         .collect()
 }
 
+/// The seed input of a program with random ops for `seed`: int64[2], the low and the high 31
+/// bits (the generator mixes both words, so nearby seeds give unrelated streams).
+pub fn seed_tensor(seed: u64) -> HostTensor {
+    let words = [(seed & 0x7FFF_FFFF) as i64, ((seed >> 31) & 0x7FFF_FFFF) as i64];
+    HostTensor { dtype: tpuc_ir::DType::I64, dims: vec![2], bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect() }
+}
+
+/// Whether `main` takes the seed input of random ops (`tpuc_frontend_fx::SEED_INPUT`), and
+/// `inputs` stops just before it: then the seed for `seed` is appended.
+pub fn append_seed(module: &Module, inputs: &mut Vec<(String, HostTensor)>, seed: u64) -> bool {
+    let args = user_input_types(module);
+    let wants = args.len() == inputs.len() + 1 && args.last().is_some_and(|(n, _)| n == tpuc_frontend_fx::SEED_INPUT);
+    if wants {
+        inputs.push((format!("--seed {seed}"), seed_tensor(seed)));
+    }
+    wants
+}
+
 /// The real size of every symbol, read from the user inputs' shapes (in signature order), and
 /// checked against the symbols' ranges and every symbolic dim.
 pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecError> {

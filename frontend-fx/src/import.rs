@@ -350,6 +350,15 @@ pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloa
         arg_names.push(placeholder);
     }
 
+    // Random ops draw from a counter-based generator keyed by one more user input, the seed
+    // (see `ops::random`): the program holds no random state.
+    if g.nodes.iter().any(crate::ops::random::draws) {
+        let name = crate::ops::random::SEED_INPUT.to_string();
+        inputs.push(InputSlot::Arg(args.len()));
+        args.push((TensorType::from_static(DType::I64, &[2]), ArgInfo { kind: ArgKind::UserInput, name: name.clone() }));
+        arg_names.push(name);
+    }
+
     // ---- weights
     let has_weight_data = payloads.is_some();
     let mut weights = BTreeMap::new();
@@ -401,7 +410,7 @@ pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloa
         collect_names(s, &mut uses);
     }
 
-    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone() };
+    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default() };
 
     // ---- nodes
     // A node that fails (an unsupported op, arguments its lowering rejects, a result of the

@@ -36,6 +36,7 @@ pub mod schema;
 pub mod sympy;
 
 pub use error::{ImportError, NodeRef};
+pub use ops::random::SEED_INPUT;
 
 use bytes::Bytes;
 use std::collections::BTreeMap;

@@ -438,6 +438,11 @@ struct RunArgs {
     /// or a number): valid outputs must not change.
     #[arg(long, value_name = "VALUE", hide = true)]
     pad_fill: Option<f64>,
+    /// The seed of the program's random ops (dropout, rand, randn, bernoulli, randint, ...): the
+    /// same seed gives the same outputs. A program with random ops takes it as its last input,
+    /// `tpuc_rng_seed`, filled from this flag unless given with --inputs.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    seed: u64,
     #[command(flatten)]
     buckets: BucketArgs,
 }
@@ -929,6 +934,9 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         return finish_run(&a, &outputs, &times, None, compiled.summary.cache);
     }
     let imported = tpuc_driver::import(&a.model)?;
+    if dynamic::append_seed(&imported.module, &mut inputs, a.seed) {
+        tracing::info!("random ops seeded with --seed {}", a.seed);
+    }
     let options = a.pipeline.options(false, a.target.target)?;
     let cache = a.target.cache.open();
     let label = a.model.display().to_string();

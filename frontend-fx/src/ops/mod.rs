@@ -143,6 +143,8 @@ pub struct State<'p> {
     pub sym_args: HashMap<SymExpr, ValueId>,
     /// torch symbol name → module symbol name.
     pub rename: HashMap<String, String>,
+    /// The next stream number of the program's random ops (see `random`).
+    pub streams: std::cell::Cell<i64>,
 }
 
 /// One flattened output slot of a node.

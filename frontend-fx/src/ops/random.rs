@@ -25,7 +25,52 @@ use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("torch.ops.tpuc.uniform.default", uniform),
+    ("native_dropout.default", native_dropout),
+    ("dropout.default", dropout),
+    ("rand.default", rand),
+    ("rand_like.default", rand),
+    ("randn.default", randn),
+    ("randn_like.default", randn),
+    ("bernoulli.p", bernoulli),
+    ("bernoulli.default", bernoulli),
+    ("uniform.default", uniform_range),
+    ("exponential.default", exponential),
+    ("normal.float_float", normal),
+    ("normal_functional.default", normal),
+    ("randint.default", randint),
+    ("randint.low", randint),
+    ("randint_like.default", randint),
+    ("randint_like.low_dtype", randint),
 ];
+
+/// Whether `node` draws random numbers: one of the ATen random ops (the targets of `OPS` but
+/// the first; a dropout only in training with `p > 0`), or attention with `dropout_p > 0`. A
+/// program with any such node gets one more user input, the seed (see `SEED_INPUT`).
+pub fn draws(node: &crate::schema::Node<'_>) -> bool {
+    let Some(op) = node.target.strip_prefix("torch.ops.aten.") else { return false };
+    let arg = |name: &str| node.inputs.iter().find(|a| a.name == name).and_then(|a| a.arg.decode().ok());
+    if op == "scaled_dot_product_attention.default" {
+        return matches!(arg("dropout_p"), Some(Arg::Float(p)) if p != 0.0);
+    }
+    if !OPS[1..].iter().any(|(t, _)| *t == op) {
+        return false;
+    }
+    if op.contains("dropout") {
+        let train = !matches!(arg("train"), Some(Arg::Bool(false)));
+        let p = match arg("p") {
+            Some(Arg::Float(p)) => p,
+            Some(Arg::Int(p)) => p as f64,
+            _ => 0.5,
+        };
+        return train && p != 0.0;
+    }
+    true
+}
+
+/// The name of the seed input an exported program with random ops gets: an int64[2] of two
+/// 31-bit words, the same input tpuc's `torch.compile` backend adds (`tpuc run --seed N`
+/// fills it).
+pub const SEED_INPUT: &str = "tpuc_rng_seed";
 
 const GOLDEN: u64 = 0x9E37_79B9;
 const OFFSET: u64 = 0x7F4A_7C15;
@@ -75,6 +120,11 @@ fn uniform(cx: &mut Ctx) -> R<Vec<Val>> {
     let stream = cx.int("stream")?;
     let dims = cx.size_dims("size")?;
     let dt = cx.opt_dtype("dtype")?.unwrap_or(dtypes::DEFAULT_FLOAT);
+    one(draw(cx, seed, stream, &dims, dt)?)
+}
+
+/// `dims` uniform numbers on `[0, 1)` of float type `dt` from stream `stream` of `seed`.
+fn draw(cx: &mut Ctx, seed: ValueId, stream: i64, dims: &[Dim], dt: DType) -> R<ValueId> {
     let m = bits_for(dt)?;
     let n = dims.iter().try_fold(1u64, |acc, d| match d {
         Dim::Static(s) => Some(acc.saturating_mul(*s as u64)),
@@ -102,16 +152,165 @@ fn uniform(cx: &mut Ctx) -> R<Vec<Val>> {
         let x = cx.bin(O::Xor, k1, a)?;
         mix(cx, x)?
     };
-    let idx = positions(cx, &dims)?;
-    let a = cx.broadcast_to(a, &dims)?;
-    let b = cx.broadcast_to(b, &dims)?;
+    let idx = positions(cx, dims)?;
+    let a = cx.broadcast_to(a, dims)?;
+    let b = cx.broadcast_to(b, dims)?;
     let h = cx.bin(O::Xor, idx, a)?;
     let h = mix(cx, h)?;
     let h = cx.bin(O::Add, h, b)?;
     let h = mix(cx, h)?;
     let top = shr(cx, h, 32 - m)?;
     let u = cx.convert(top, dt)?;
-    one(cx.bin_c(O::Mul, u, 2f64.powi(-(m as i32)))?)
+    cx.bin_c(O::Mul, u, 2f64.powi(-(m as i32)))
+}
+
+// ---------------------------------------------------------------- ATen random ops
+//
+// The same arithmetic as `python/tpuc/random.py`'s rewrite of them onto `tpuc.uniform`, for
+// programs that carry them as exported (`tpuc run --seed`). Each op of the program draws from
+// its own stream, numbered in graph order; sizes and dtypes are those torch recorded for the
+// result.
+
+/// The program's seed input and the next stream number.
+fn next_draw(cx: &mut Ctx) -> R<(ValueId, i64)> {
+    let seed = match cx.st.env.get(SEED_INPUT) {
+        Some(Val::Tensor(v)) => *v,
+        _ => return err("internal: a random op in a program without a seed input"),
+    };
+    let stream = cx.st.streams.get();
+    cx.st.streams.set(stream + 1);
+    Ok((seed, stream))
+}
+
+fn result_type(cx: &Ctx) -> R<TensorType> {
+    cx.out_type(0).ok_or_else(|| OpError(format!("{}: the result has no recorded tensor type", cx.node.target)))
+}
+
+/// Uniform numbers of the result's shape, in `dt`.
+fn draw_like_result(cx: &mut Ctx, dt: DType) -> R<ValueId> {
+    let ty = result_type(cx)?;
+    let (seed, stream) = next_draw(cx)?;
+    draw(cx, seed, stream, &ty.dims, dt)
+}
+
+/// Box-Muller on two streams, in f32 (f64 for f64 results), as the Python rewrite.
+fn standard_normal(cx: &mut Ctx, dt: DType) -> R<ValueId> {
+    let work = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+    let u1 = draw_like_result(cx, work)?;
+    let u2 = draw_like_result(cx, work)?;
+    let n = cx.un(O::Neg, u1)?;
+    let l = cx.un(O::Log1p, n)?;
+    let l = cx.bin_c(O::Mul, l, -2.0)?;
+    let r = cx.un(O::Sqrt, l)?;
+    let t = cx.bin_c(O::Mul, u2, 2.0 * std::f64::consts::PI)?;
+    let c = cx.un(O::Cos, t)?;
+    let z = cx.bin(O::Mul, r, c)?;
+    cx.convert(z, dt)
+}
+
+/// `x * keep / (1 - p)` with `keep = u >= p`: (result, keep mask).
+/// The mask has `x`'s shape (for attention, the probabilities', not the node's result's).
+pub(crate) fn drop_with(cx: &mut Ctx, x: ValueId, p: f64) -> R<(ValueId, ValueId)> {
+    let (seed, stream) = next_draw(cx)?;
+    let dims = cx.dims(x);
+    let u = draw(cx, seed, stream, &dims, DType::F32)?;
+    let p_t = cx.full_like(Scalar::Float(p), u)?;
+    let keep = cx.cmp(Direction::Ge, u, p_t)?;
+    let kf = cx.convert(keep, cx.dtype(x))?;
+    let kept = cx.bin(O::Mul, x, kf)?;
+    let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
+    Ok((cx.bin_c(O::Mul, kept, scale)?, keep))
+}
+
+/// `native_dropout(input, p, train)`: (result, keep mask). In eval mode or with `p = 0` the
+/// identity and an all-true mask.
+fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let p = cx.float_or("p", 0.5)?;
+    if !cx.bool_or("train", true)? || p == 0.0 {
+        let mask = if cx.used(1) { Val::Tensor(cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(x))?) } else { Val::Absent };
+        return Ok(vec![Val::Tensor(x), mask]);
+    }
+    let (y, keep) = drop_with(cx, x, p)?;
+    Ok(vec![Val::Tensor(y), Val::Tensor(keep)])
+}
+
+/// `dropout(input, p, train)`; the identity in eval mode or with `p = 0`.
+fn dropout(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("input")?;
+    let p = cx.float_or("p", 0.5)?;
+    if !cx.bool_or("train", true)? || p == 0.0 {
+        return one(x);
+    }
+    one(drop_with(cx, x, p)?.0)
+}
+
+fn rand(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    one(draw_like_result(cx, dt)?)
+}
+
+fn randn(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    one(standard_normal(cx, dt)?)
+}
+
+fn bernoulli(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    let u = draw_like_result(cx, DType::F32)?;
+    let p = match cx.opt_float("p")? {
+        Some(p) => cx.full_like(Scalar::Float(p), u)?,
+        None if cx.node.target.ends_with(".p") => cx.full_like(Scalar::Float(0.5), u)?,
+        None => {
+            let p = cx.t("self")?;
+            cx.convert(p, DType::F32)?
+        }
+    };
+    let hit = cx.cmp(Direction::Lt, u, p)?;
+    one(cx.convert(hit, dt)?)
+}
+
+/// `lo + u * (hi - lo)`.
+fn uniform_range(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    let (lo, hi) = (cx.float_or("from", 0.0)?, cx.float_or("to", 1.0)?);
+    let u = draw_like_result(cx, dt)?;
+    let u = cx.bin_c(O::Mul, u, hi - lo)?;
+    one(cx.bin_c(O::Add, u, lo)?)
+}
+
+/// `-log(1 - u) / lambda`.
+fn exponential(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    let lambd = cx.float_or("lambd", 1.0)?;
+    let u = draw_like_result(cx, dt)?;
+    let n = cx.un(O::Neg, u)?;
+    let l = cx.un(O::Log1p, n)?;
+    one(cx.bin_c(O::Mul, l, -1.0 / lambd)?)
+}
+
+/// `mean + std * z` with float mean and std.
+fn normal(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    let (mean, std) = (cx.float_or("mean", 0.0)?, cx.float_or("std", 1.0)?);
+    let z = standard_normal(cx, dt)?;
+    let z = cx.bin_c(O::Mul, z, std)?;
+    one(cx.bin_c(O::Add, z, mean)?)
+}
+
+/// `low + floor(u * (high - low))` with `u` of 32 bits (f64), converted to the result dtype.
+fn randint(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dt = result_type(cx)?.dtype;
+    let low = cx.opt_int("low")?.unwrap_or(0);
+    let high = cx.int("high")?;
+    if high <= low {
+        return err(format!("randint: empty range [{low}, {high})"));
+    }
+    let u = draw_like_result(cx, DType::F64)?;
+    let r = cx.bin_c(O::Mul, u, (high - low) as f64)?;
+    let r = cx.un(O::Floor, r)?;
+    let r = cx.bin_c(O::Add, r, low as f64)?;
+    one(cx.convert(r, dt)?)
 }
 
 /// Every element's row-major position in a tensor of `dims`: `sum_d i_d * stride_d`, with the

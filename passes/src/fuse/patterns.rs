@@ -390,8 +390,18 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
         _ => return None,
     };
     let (p_flat, v_flat) = (m.ops[d2].operands[0], m.ops[d2].operands[1]);
-    // Probabilities: softmax over the last dim, possibly behind the fully-masked-row guard.
+    // Probabilities: softmax over the last dim, possibly behind the fully-masked-row guard,
+    // possibly dropped out (before or after the flattening reshape).
+    let (p_flat, mut dropout) = match dropout_of(m, p_flat) {
+        Some((x, keep, rate)) => (x, Some((keep, rate))),
+        None => (p_flat, None),
+    };
     let mut p = unary(m, p_flat, Opcode::Reshape).unwrap_or(p_flat);
+    if dropout.is_none() {
+        if let Some((x, keep, rate)) = dropout_of(m, p) {
+            (p, dropout) = (x, Some((keep, rate)));
+        }
+    }
     if let Some(sel) = def_is(m, p, Opcode::Select) {
         if splat_f64(m, m.ops[sel].operands[1]) == Some(0.0) {
             p = m.ops[sel].operands[2];
@@ -426,12 +436,30 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
             inputs.push(src);
         }
     }
-    let attrs = vec![
+    let mut attrs = vec![
         ("scale", Attr::Float(q_scale * k_scale * s_scale)),
         ("causal", Attr::Bool(causal)),
         ("has_mask", Attr::Bool(inputs.len() > 3)),
     ];
+    if let Some((keep, rate)) = dropout {
+        inputs.push(keep);
+        attrs.push(("dropout", Attr::Float(rate)));
+    }
     Some(Match { name: "tpuc.attention", attrs, inputs, outputs: vec![out] })
+}
+
+/// Dropout written out, `(x * convert(keep)) * 1/(1 - rate)` with a boolean `keep` mask (as
+/// the random ops lower it, and as core ATen decomposes `native_dropout`): (x, keep, rate).
+/// The mask is the composite's last input, so its draw stays outside the region.
+fn dropout_of(m: &Module, v: ValueId) -> Option<(ValueId, ValueId, f64)> {
+    let (kept, scale) = mul_splat(m, v)?;
+    let mask = |k: ValueId| {
+        let src = unary(m, k, Opcode::Convert)?;
+        (m.values[src].ty.dtype == tpuc_ir::DType::Bool && m.values[src].ty.dims == m.values[k].ty.dims).then_some(src)
+    };
+    let (x, keep) = either(m, kept, Opcode::Mul, mask)?;
+    // The rate, rounded to the 1e-6 a splat constant's f32 rounding leaves of it.
+    (scale >= 1.0).then(|| (x, keep, ((1.0 - 1.0 / scale) * 1e6).round() / 1e6))
 }
 
 // ------------------------------------------------------------------------- rope

@@ -4,7 +4,7 @@
 
 use super::*;
 use Opcode as O;
-use tpuc_ir::Direction;
+use tpuc_ir::{Direction, ReduceKind};
 
 /// Repeats the head dim (-3) of `k` `rep` times, each head consecutively (repeat_interleave).
 fn repeat_heads(cx: &mut Ctx, k: ValueId, rep: i64) -> R<ValueId> {
@@ -27,6 +27,8 @@ pub struct SdpaArgs {
     pub mask: Option<ValueId>,
     pub causal: bool,
     pub scale: f64,
+    /// `dropout_p`: the rate of dropout on the attention probabilities.
+    pub dropout: f64,
 }
 
 /// Reads and normalizes SDPA arguments (default scale, GQA head repetition, mask dtype).
@@ -37,9 +39,6 @@ pub fn sdpa_args(cx: &mut Ctx, mask_name: &str, gqa_allowed: bool) -> R<SdpaArgs
     let mask = cx.opt_t(mask_name)?;
     let causal = cx.bool_or("is_causal", false)?;
     let dropout = cx.float_or("dropout_p", 0.0)?;
-    if dropout != 0.0 {
-        return err("attention dropout needs random numbers; only dropout_p = 0 is supported");
-    }
     if mask.is_some() && causal {
         return err("attention with both attn_mask and is_causal is not supported by torch");
     }
@@ -75,7 +74,7 @@ pub fn sdpa_args(cx: &mut Ctx, mask_name: &str, gqa_allowed: bool) -> R<SdpaArgs
         Some(m) if cx.dtype(m) != DType::Bool => Some(cx.convert(m, dt)?),
         m => m,
     };
-    Ok(SdpaArgs { q, k, v, mask, causal, scale })
+    Ok(SdpaArgs { q, k, v, mask, causal, scale, dropout })
 }
 
 pub fn attention(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
@@ -94,6 +93,12 @@ pub fn attention_scores(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     let r = cx.rank(a.q);
     let batch: Vec<i64> = (0..r as i64 - 2).collect();
     let s = cx.b.dot_general(a.q, a.k, &batch, &batch, &[r as i64 - 1], &[r as i64 - 1])?;
+    mask_scores(cx, a, s)
+}
+
+/// `s * scale`, masked (-inf where a causal or boolean mask hides a key; plus an additive mask).
+fn mask_scores(cx: &mut Ctx, a: &SdpaArgs, s: ValueId) -> R<ValueId> {
+    let r = cx.rank(s);
     let mut s = cx.bin_c(O::Mul, s, a.scale)?;
     let shape = cx.dims(s);
     if a.causal {
@@ -119,7 +124,49 @@ pub fn attention_scores(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
 
 pub(super) fn sdpa(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = sdpa_args(cx, "attn_mask", false)?;
+    if a.dropout != 0.0 {
+        return one(attention_with_dropout(cx, &a)?);
+    }
     one(attention(cx, &a)?)
+}
+
+/// Attention with dropout on the probabilities, written out as torch's math backend computes
+/// it: `dropout(softmax(scores)) @ v`, fully masked rows giving zeros, the mask drawn from the
+/// program's seed (see `ops::random`). `fuse` makes it one `tpuc.attention` composite again,
+/// with the keep mask an input.
+fn attention_with_dropout(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
+    let dt = cx.dtype(a.q);
+    // q @ k^T with k transposed as torch's math backend does (the form `fuse` recognises).
+    let r = cx.rank(a.q);
+    let mut perm: Vec<i64> = (0..r as i64).collect();
+    perm.swap(r - 2, r - 1);
+    let kt = cx.transpose(a.k, &perm)?;
+    let batch: Vec<i64> = (0..r as i64 - 2).collect();
+    let s = cx.b.dot_general(a.q, kt, &batch, &batch, &[r as i64 - 1], &[r as i64 - 2])?;
+    let s = mask_scores(cx, a, s)?;
+    let p = crate::ops::reduce::softmax_v(cx, s, r as i64 - 1, O::Softmax, dt)?;
+    let p = if a.causal || a.mask.is_some() {
+        // A row whose keys are all masked is zeros, not NaN.
+        let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), s)?;
+        let masked = cx.cmp(Direction::Eq, s, ninf)?;
+        let all = cx.reduce(masked, ReduceKind::And, &[r - 1], true)?;
+        let all = cx.broadcast_to(all, &cx.dims(p))?;
+        let zero = cx.full_like(Scalar::Float(0.0), p)?;
+        cx.select(all, zero, p)?
+    } else {
+        p
+    };
+    let (p, _) = crate::ops::random::drop_with(cx, p, a.dropout)?;
+    Ok(cx.b.dot_general(p, a.v, &batch, &batch, &[r as i64 - 1], &[r as i64 - 2])?)
+}
+
+/// The fused CPU and efficient kernels have no dropout here (torch's CPU path for attention
+/// with dropout is the math one, which graphs carry as ops).
+fn no_dropout(a: &SdpaArgs) -> R<()> {
+    if a.dropout != 0.0 {
+        return err("fused attention kernels with dropout_p > 0 are not supported (scaled_dot_product_attention is)");
+    }
+    Ok(())
 }
 
 /// `logsumexp` of the scaled, masked scores over the key dim, [..., L]. Half-precision
@@ -134,6 +181,7 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
         mask: a.mask.map(|m| up(cx, m)).transpose()?,
         causal: a.causal,
         scale: a.scale,
+        dropout: a.dropout,
     };
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
@@ -142,6 +190,7 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
 
 pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = sdpa_args(cx, "attn_mask", true)?;
+    no_dropout(&a)?;
     let out = attention(cx, &a)?;
     let lse = if cx.used(1) {
         let l = attention_lse(cx, &a)?;
@@ -158,6 +207,7 @@ pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn sdpa_efficient(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = sdpa_args(cx, "attn_bias", true)?;
+    no_dropout(&a)?;
     let out = attention(cx, &a)?;
     let mut vals = vec![Val::Tensor(out)];
     for i in 1..cx.outs.len() {

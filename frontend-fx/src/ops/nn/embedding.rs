@@ -1,5 +1,6 @@
-//! Embedding lookup, dropout (only the identity: training-mode dropout needs random numbers)
-//! and the NLL loss forward.
+//! Embedding lookup, the feature and alpha dropouts (only the identity: in training they are
+//! not lowered; `dropout` and `native_dropout` are random ops, see `ops::random`) and the NLL
+//! loss forward.
 
 use crate::ops::shape::take_along;
 use super::*;
@@ -18,25 +19,15 @@ pub(super) fn embedding(cx: &mut Ctx) -> R<Vec<Val>> {
     one(take_along(cx, w, 0, i)?)
 }
 
+/// `feature_dropout`, `alpha_dropout`, `feature_alpha_dropout` in eval mode (the identity).
 pub(super) fn dropout(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
     let p = cx.float_or("p", 0.5)?;
     let train = cx.bool_or("train", false)?;
     if train && p != 0.0 {
-        return err("dropout in training mode needs random numbers; not supported");
+        return err(format!("{} in training mode is not supported (nn.Dropout's dropout is)", cx.node.target));
     }
     one(x)
-}
-
-pub(super) fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
-    let x = cx.t("input")?;
-    let p = cx.float_or("p", 0.5)?;
-    let train = cx.bool_or("train", true)?;
-    if train && p != 0.0 {
-        return err("dropout in training mode needs random numbers; not supported");
-    }
-    let mask = if cx.used(1) { Val::Tensor(cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(x))?) } else { Val::Absent };
-    Ok(vec![Val::Tensor(x), mask])
 }
 
 /// NLL loss over the class dim (1, or 0 for an unbatched input): (loss, total_weight).
