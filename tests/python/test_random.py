@@ -222,3 +222,49 @@ def test_randperm_normal_overloads_and_dropout():
     assert abs(float(n1.mean()) - 3) < sigma5(2) and abs(float(n1.std()) - 2) < 0.02
     assert abs(float(n2.mean()) - 3) < sigma5(0.5) and abs(float(n3.mean()) - 1) < sigma5(0.5)
     assert abs(float((d != 0).double().mean()) - 0.75) < sigma5(math.sqrt(0.1875))
+
+
+class _Sampled(torch.nn.Module):
+    def forward(self, x):
+        h = F.dropout(x, 0.5, training=True)
+        return h, torch.rand_like(x), torch.randn(1000, 100), torch.bernoulli(torch.full((1000, 100), 0.3)), \
+            torch.randint(2, 7, (1000, 100))
+
+
+@pytest.mark.parametrize("form", ["raw", "core"])
+def test_cli_runs_an_exported_program_with_random_ops_from_its_seed(form, tmp_path):
+    """A `.pt2` carrying ATen's random ops (dropout, rand_like, randn, bernoulli, randint as
+    torch.export writes them, raw or decomposed) runs with `tpuc run --seed N`: the same seed
+    gives the same outputs, another seed others, the first draw is the generator's (bit for
+    bit its eager kernel) and each sampler's distribution is right."""
+    import subprocess
+
+    import numpy as np
+    from cli_check import TPUC
+
+    x = torch.ones(1000, 100)
+    ep = torch.export.export(_Sampled(), (x,))
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep.run_decompositions() if form == "core" else ep, pt2)
+    np.save(tmp_path / "x.npy", x.numpy())
+
+    def run(seed):
+        out = tmp_path / f"out{seed}"
+        p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--seed", str(seed), "--out-dir",
+                            str(out), "--no-cache"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return [torch.from_numpy(np.load(out / f"output_{i}.npy")) for i in range(5)]
+
+    a, b, c = run(3), run(3), run(4)
+    assert all(torch.equal(u, v) for u, v in zip(a, b)), "one seed, one result"
+    assert not any(torch.equal(u, v) for u, v in zip(a, c)), "another seed, other numbers"
+    seed = torch.tensor([3, 0], dtype=torch.int64)  # --seed 3: its low and high 31 bits
+    want = (_uniform_eager(seed, 0, [1000, 100], torch.float32) >= 0.5).float() * 2
+    assert torch.equal(a[0], want)
+    h, u, z, bern, ri = a
+    n = h.numel()
+    assert abs(float((h != 0).double().mean()) - 0.5) < sigma5(0.5, n)
+    assert float(u.min()) >= 0 and float(u.max()) < 1 and abs(float(u.double().mean()) - 0.5) < sigma5(math.sqrt(1 / 12), n)
+    assert abs(float(z.double().mean())) < sigma5(1, n) and abs(float(z.double().std()) - 1) < 0.01
+    assert abs(float(bern.double().mean()) - 0.3) < sigma5(math.sqrt(0.21), n)
+    assert ri.dtype == torch.int64 and int(ri.min()) == 2 and int(ri.max()) == 6
