@@ -268,3 +268,85 @@ def test_cli_runs_an_exported_program_with_random_ops_from_its_seed(form, tmp_pa
     assert abs(float(z.double().mean())) < sigma5(1, n) and abs(float(z.double().std()) - 1) < 0.01
     assert abs(float(bern.double().mean()) - 0.3) < sigma5(math.sqrt(0.21), n)
     assert ri.dtype == torch.int64 and int(ri.min()) == 2 and int(ri.max()) == 6
+
+
+class _DroppedAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, is_causal=True)
+
+
+@pytest.mark.parametrize("form", ["raw", "core"])
+def test_cli_attention_with_dropout_is_one_composite_and_drops_what_the_seed_says(form, tmp_path):
+    """SDPA with dropout_p > 0 in a `.pt2` (kept whole in raw form, decomposed around
+    native_dropout in core form) lowers to one tpuc.attention composite whose keep mask is
+    drawn outside it, and computes softmax(causal(q k^T / sqrt(E))) * keep / (1 - p) @ v with
+    the keep mask of the generator's first stream for --seed."""
+    import subprocess
+
+    import numpy as np
+    from cli_check import TPUC
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    ep = torch.export.export(_DroppedAttention(), (q, k, v))
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep.run_decompositions() if form == "core" else ep, pt2)
+    names = []
+    for n, t in zip("qkv", (q, k, v)):
+        np.save(tmp_path / f"{n}.npy", t.numpy())
+        names.append(str(tmp_path / f"{n}.npy"))
+    ir = subprocess.run([TPUC, "lower", pt2, "--emit", "ir"], capture_output=True, text=True)
+    assert ir.returncode == 0, ir.stderr
+    assert ir.stdout.count('name = "tpuc.attention"') == 1 and "dropout = 0.5" in ir.stdout, ir.stdout
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", *names, "--seed", "5", "--out-dir", str(tmp_path / "out"),
+                        "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = torch.from_numpy(np.load(tmp_path / "out" / "output_0.npy"))
+    keep = _uniform_eager(torch.tensor([5, 0]), 0, [2, 3, 16, 16], torch.float32) >= 0.5
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    s = s.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(got, (s.softmax(-1) * keep / 0.5) @ v, rtol=1e-5, atol=1e-5)
+
+
+class _Block(torch.nn.Module):
+    """A post-norm transformer block with dropout on attention, after GELU and in both residuals."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+        self.qkv, self.o = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+        self.ff1, self.ff2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(32), torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0)
+        h = self.ln1(x + F.dropout(self.o(a.transpose(1, 2).reshape(B, L, 32)), self.p, self.training))
+        f = F.dropout(F.gelu(self.ff1(h)), self.p, self.training)
+        return self.ln2(h + F.dropout(self.ff2(f), self.p, self.training))
+
+
+def test_dropout_keeps_the_composites_of_a_training_block(tmp_path):
+    """A training block with dropout on attention, after GELU and in the residuals makes the
+    same composites (forward and backward) as the block with dropout off."""
+    import collections
+    import glob
+    import re
+
+    def composites(p):
+        d = tmp_path / f"p{p}"
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = _Block(p).train()
+        f = torch.compile(m, backend="tpuc", options={"strict": True, "dump_dir": str(d)})
+        f(torch.randn(2, 16, 32)).sum().backward()
+        names = collections.Counter()
+        for path in glob.glob(str(d / "*" / "module.tpuc")):
+            kind = "backward" if "backward" in path else "forward"
+            for name in re.findall(r'name = "(tpuc\.[a-z_]+)"', open(path).read()):
+                names[(kind, name)] += 1
+        return names
+
+    on, off = composites(0.1), composites(0.0)
+    assert on == off and ("forward", "tpuc.gelu") in on, (on, off)
