@@ -359,3 +359,31 @@ def test_dropout_keeps_the_composites_of_a_training_block(tmp_path):
 
     on, off = composites(0.1), composites(0.0)
     assert on == off and ("forward", "tpuc.gelu") in on, (on, off)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_randn_and_dropout_in_16_bit_floats(dtype):
+    """randn and dropout with 16-bit results: normal moments and tails within the dtype's
+    rounding, dropout's keep rate, its 1/(1-p) scale (rounded once to the dtype, as eager's
+    kernel does) and its mask in backward."""
+    torch.manual_seed(4)
+    z = compiled(lambda: torch.randn(N, dtype=dtype))()
+    assert z.dtype == dtype
+    z = z.double()
+    eps = torch.finfo(dtype).eps
+    assert abs(float(z.mean())) < sigma5(1) + eps
+    assert abs(float((z * z).mean()) - 1) < sigma5(math.sqrt(2)) + 4 * eps
+    for k, p in ((2, 0.04550026), (3, 0.00269980)):
+        # Rounding moves draws across k by at most eps * k: a band of density phi(k).
+        band = 2 * eps * k * math.exp(-k * k / 2) / math.sqrt(2 * math.pi)
+        assert abs(float((z.abs() > k).double().mean()) - p) < sigma5(math.sqrt(p * (1 - p))) + band, k
+    p = 0.3
+    x = torch.randn(1000, 1000, dtype=dtype, requires_grad=True)
+    y = compiled(lambda x: F.dropout(x, p, training=True))(x)
+    assert y.dtype == dtype
+    kept = y != 0
+    assert abs(float(kept.double().mean()) - (1 - p)) < sigma5(math.sqrt(p * (1 - p)))
+    want = F.dropout(x.detach(), p, training=False) * (1 / (1 - p))
+    torch.testing.assert_close(y[kept], want[kept].to(dtype))
+    y.float().sum().backward()
+    torch.testing.assert_close(x.grad, (kept.to(dtype) * (1 / (1 - p))).to(dtype))
