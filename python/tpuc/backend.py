@@ -115,6 +115,46 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
     return compiled
 
 
+class SavedLayout:
+    """A backward that runs ops eagerly (split, per rank, per shape) with the activations its
+    forward saved laid out as aot traced them: a compiled forward returns them dense (see
+    `CompiledGraph`), and an eager op that reads strides (`as_strided`) needs the traced ones.
+    A backward compiled whole reads values only and is left as it is."""
+
+    def __init__(self, inner, plan: list[tuple[int, tuple, tuple]]):
+        self._boxed_call = True
+        self.inner, self.plan = inner, plan
+
+    @staticmethod
+    def around(inner, gm: torch.fx.GraphModule):
+        from .graph import CompiledGraph
+
+        whole = inner.inner if isinstance(inner, _random.Seeded) else inner
+        if isinstance(whole, CompiledGraph):
+            return inner
+        plan = []
+        for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+            v = n.meta.get("val")
+            if not isinstance(v, torch.Tensor) or n.name.startswith("tangents") or v.dim() < 2:
+                continue
+            try:
+                shape, stride = tuple(int(d) for d in v.shape), tuple(int(s) for s in v.stride())
+            except Exception:  # symbolic: laid out per call by its own programs
+                continue
+            if not v.is_contiguous():
+                plan.append((i, shape, stride))
+        return SavedLayout(inner, plan) if plan else inner
+
+    def __call__(self, args):
+        from .graph import _restride
+
+        for i, shape, stride in self.plan:
+            t = args[i]
+            if isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.stride() != stride:
+                args[i] = _restride(t, shape, stride)
+        return self.inner(args)
+
+
 def _lift_error_checks(gm: torch.fx.GraphModule) -> list[tuple[str, bool]]:
     """Takes linalg's error checks (`with_effects(token, aten._linalg_check_errors, info, api)`,
     which raise LinAlgError on a singular or non positive-definite input) out of the graph: the
@@ -266,6 +306,9 @@ class _Backend:
                 static = set(meta.static_input_indices)
                 buffers = {i for i, info in enumerate(meta.input_info) if info.mutates_data} & static
         name = f"{self.name}_{kind}"
+        if kind == "forward" and meta is not None:
+            # Outputs past aot's forward returns are activations saved for the backward.
+            gm.meta["tpuc_saved_from"] = meta.num_forward
         checks = _lift_error_checks(gm)
         collectives = _dist.has_collectives(gm)
         if collectives and _ranks.active() is None and _dist.in_job():
@@ -299,6 +342,8 @@ class _Backend:
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
             inner = self.build(gm, name, static, buffers)
+        if kind == "backward":
+            inner = SavedLayout.around(inner, gm)
         return _Checked(inner, checks) if checks else inner
 
     def build(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):

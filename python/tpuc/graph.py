@@ -9,8 +9,8 @@ Per call:
             plugin the executable reads them in place
   outputs   Rust-owned result bytes (on the CPU plugin: the output buffers' own memory) wrapped
             by torch.frombuffer (no copy), given the graph's dtype and shape in place (a new
-            tensor, not a view); re-strided
-            when the graph's output is not contiguous
+            tensor, not a view); re-strided when the graph's output is not contiguous, but for
+            a training forward's activations saved for its backward, which stay dense
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ class CompiledGraph:
         what = "bucket " + ",".join(f"{k}={v}" for k, v in sorted(bucket.items())) if bucket else "a new shape"
         check_no_recompile(opts, name, what)
         t0 = time.perf_counter()
+        # A training forward's outputs from this index on are saved for its backward only.
+        saved_from = gm.meta.get("tpuc_saved_from")
         gm, constants, n_args, program_json, self.passthrough = _serialized(gm, static, buffers)
         t_ser = time.perf_counter() - t0
         self.num_args = n_args
@@ -194,7 +196,11 @@ class CompiledGraph:
                 v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
                 # (Not for a bucketed graph: int() of a symbolic stride would specialize its
                 # symbols in the shape environment; bucketed results come back contiguous.)
-                if bucket is None and isinstance(v, torch.Tensor) and v.dim() > 1 and not v.is_contiguous():
+                # Saved activations stay dense: the backward reads them as values, and where it
+                # runs ops eagerly it lays them out itself (`backend.SavedLayout`). Re-striding
+                # them here cost a copy out and one back in per tensor and step.
+                saved = saved_from is not None and k >= saved_from
+                if bucket is None and not saved and isinstance(v, torch.Tensor) and v.dim() > 1 and not v.is_contiguous():
                     try:
                         stride = tuple(int(s) for s in v.stride())
                     except Exception:  # symbolic strides: keep contiguous

@@ -904,3 +904,48 @@ def test_qr_eigh_svd_and_pinv_match_eager():
     _, _, w, v, u, sv, vh, _, _ = got
     torch.testing.assert_close(v @ torch.diag_embed(w) @ v.mT, s, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(u @ torch.diag_embed(sv) @ vh, a, rtol=1e-4, atol=1e-4)
+
+
+def test_training_forward_saves_dense_activations_and_grads_match_eager():
+    """A compiled training forward hands its backward the activations it saves as dense
+    tensors (no re-striding copy out and back in), whatever layout aot traced them with
+    (here transposed), and the gradients are eager's."""
+    import copy
+
+    class Transposing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 24)
+
+        def forward(self, x):
+            h = self.fc(x).transpose(0, 1)  # [24, 8], strides (1, 24)
+            return (torch.sin(h) * h).transpose(0, 1).sum(0)
+
+    torch.manual_seed(0)
+    model, x = Transposing(), torch.randn(8, 16)
+    eager = copy.deepcopy(model)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = torch.compile(model, backend="tpuc", options={"strict": True})(x)
+    out.pow(2).sum().backward()
+    eager(x).pow(2).sum().backward()
+    big = [t for t in saved if t.dim() > 1 and t.numel() > 16]
+    assert big and all(t.is_contiguous() for t in big), [(tuple(t.shape), t.stride()) for t in big]
+    for (n, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_a_backward_run_eagerly_gets_saved_activations_in_their_traced_layout():
+    from tpuc.backend import SavedLayout
+
+    got = []
+    wrapped = SavedLayout(lambda args: got.extend(args) or args, [(0, (2, 3), (1, 2))])
+    dense = torch.arange(6.0).reshape(2, 3)
+    wrapped([dense, torch.ones(3)])
+    assert got[0].stride() == (1, 2) and torch.equal(got[0], dense)
+    assert got[1].stride() == (1,)
