@@ -514,3 +514,31 @@ fn the_sweep_covers_every_registered_target() {
     let missing: Vec<&String> = targets().iter().filter(|t| !swept.contains(t.as_str())).collect();
     assert!(missing.is_empty(), "not in tests/data/op_schemas.tsv (rerun make_op_schemas.py): {missing:?}");
 }
+
+/// One flipped bit in any stored entry (each weight, the program JSON) is refused with an
+/// error naming that entry, never imported with the damaged bytes.
+#[test]
+fn a_flipped_bit_in_a_stored_entry_is_refused_naming_it() {
+    let a = archive();
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(a)).unwrap();
+    let mut entries = Vec::new();
+    for i in 0..z.len() {
+        let f = z.by_index_raw(i).unwrap();
+        let wanted = f.name().contains("/data/weights/weight_") || f.name().ends_with("models/model.json");
+        if wanted && f.compression() == zip::CompressionMethod::Stored && f.size() > 0 {
+            entries.push((f.name().to_string(), f.data_start(), f.size()));
+        }
+    }
+    assert!(entries.len() >= 3, "{entries:?}");
+    for (name, start, size) in entries {
+        for at in [start, start + size / 2, start + size - 1] {
+            let mut bad = a.to_vec();
+            bad[at as usize] ^= 0x10;
+            let err = match tpuc_frontend_fx::import_bytes(bad) {
+                Ok(_) => panic!("{name}: a flipped bit at {at} imported"),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(&name) && err.contains("CRC-32 mismatch"), "{name}: {err}");
+        }
+    }
+}
