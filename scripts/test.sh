@@ -26,6 +26,14 @@ if [ -z "${TPUC_SKIP_SETUP:-}" ]; then
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found" >&2; exit 1; }
 
+# tpuc's persistent cache (on by default, under $XDG_CACHE_HOME/tpuc) goes to a directory of
+# this run, not the caller's ~/.cache (set after setup: pip keeps its own cache there).
+target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
+export XDG_CACHE_HOME="$target_dir/test-cache-home"
+rm -rf "$XDG_CACHE_HOME"
+mkdir -p "$XDG_CACHE_HOME"
+
 current="cargo build"
 step "cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
@@ -45,8 +53,6 @@ else
 fi
 
 current="lit"
-target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
-case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
 export TPUC_BIN="${TPUC_BIN:-$target_dir/debug/tpuc}"
 step "lit -v tests/lit (TPUC_BIN=$TPUC_BIN)"
 "$ROOT/.venv/bin/lit" -v "$ROOT/tests/lit"

@@ -23,7 +23,24 @@ pub struct Tier2Config {
     pub orphan_age: Duration,
 }
 
+/// The name of the persistent tier-2 directory under the user's cache directory.
+pub const DISK_TIER_NAME: &str = "executables";
+/// The persistent tier's default budget (10 GiB).
+pub const DISK_TIER_MAX_BYTES: u64 = 10 << 30;
+
 impl Tier2Config {
+    /// The persistent tier used when no tier-2 name is given: `executables/` under
+    /// `cache_home/tpuc` (the caller passes `$XDG_CACHE_HOME`, else `~/.cache`), 10 GiB,
+    /// least recently used entries evicted, shared by the processes of the user as tier 2
+    /// always is (atomic publish, per-key lock).
+    pub fn persistent(cache_home: impl Into<PathBuf>) -> Self {
+        Tier2Config {
+            root: cache_home.into().join("tpuc"),
+            max_bytes: Some(DISK_TIER_MAX_BYTES),
+            ..Tier2Config::new(DISK_TIER_NAME)
+        }
+    }
+
     pub fn new(name: impl Into<String>) -> Self {
         Tier2Config {
             name: name.into(),
@@ -141,6 +158,9 @@ impl CacheConfig {
         if let Some(t) = millis("TPUC_CACHE_FLUSH_TIMEOUT_MS") {
             c.flush_timeout = t;
         }
+        // Tier 2: a named directory under /dev/shm/tpuc when TPUC_CACHE_TIER2 names one, else
+        // the persistent one under the user's cache directory unless TPUC_CACHE_DISK is off.
+        let off = |v: &str| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no");
         if let Some(name) = get("TPUC_CACHE_TIER2") {
             let mut t = Tier2Config::new(name);
             if let Some(r) = get("TPUC_CACHE_TIER2_ROOT") {
@@ -150,6 +170,18 @@ impl CacheConfig {
                 t.max_bytes = Some(m);
             }
             c.tier2 = Some(t);
+        } else if !get("TPUC_CACHE_DISK").is_some_and(|v| off(&v)) {
+            let home = get("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .or_else(|| get("HOME").map(|h| PathBuf::from(h).join(".cache")));
+            if let Some(home) = home {
+                let mut t = Tier2Config::persistent(home);
+                if let Some(m) = size("TPUC_CACHE_DISK_MAX_BYTES") {
+                    t.max_bytes = Some(m);
+                }
+                c.tier2 = Some(t);
+            }
         }
         if let Some(root) = get("TPUC_CACHE_TIER3_ROOT") {
             let mut t = Tier3Config::new(root);
@@ -192,5 +224,24 @@ mod tests {
         let t3 = c.tier3.unwrap();
         assert_eq!(t3.timeout, Duration::from_millis(250));
         assert!(CacheConfig::from_lookup(|_| None).tier2.is_none());
+    }
+
+    #[test]
+    fn a_persistent_tier_by_default() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            CacheConfig::from_lookup(move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).tier2
+        };
+        let t = env(&[("HOME", "/home/u")]).unwrap();
+        assert_eq!((t.root, t.name.as_str(), t.max_bytes), (PathBuf::from("/home/u/.cache/tpuc"), "executables", Some(10 << 30)));
+        let t = env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/var/c"), ("TPUC_CACHE_DISK_MAX_BYTES", "2G")]).unwrap();
+        assert_eq!((t.root, t.max_bytes), (PathBuf::from("/var/c/tpuc"), Some(2 << 30)));
+        // A relative XDG_CACHE_HOME is invalid (the XDG spec): the default applies.
+        assert_eq!(env(&[("HOME", "/h"), ("XDG_CACHE_HOME", "rel")]).unwrap().root, PathBuf::from("/h/.cache/tpuc"));
+        for off in ["0", "off", "false", "no"] {
+            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("HOME", "/h"), ("TPUC_CACHE_DISK", off)]));
+            assert!(env(vars).is_none(), "{off}");
+        }
+        // A named tier 2 is host shared memory, as before.
+        assert_eq!(env(&[("HOME", "/h"), ("TPUC_CACHE_TIER2", "job")]).unwrap().root, PathBuf::from("/dev/shm/tpuc"));
     }
 }

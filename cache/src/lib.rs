@@ -7,7 +7,7 @@
 //! | tier | where | on when |
 //! |---|---|---|
 //! | 1 memory | this process; LRU bounded in bytes; single-flight per key | always |
-//! | 2 shm | `/dev/shm/tpuc/<name>/`; atomic publish, per-key `flock`, mmap reads, LRU budget | `TPUC_CACHE_TIER2=<name>` or [`CacheConfig::tier2`] |
+//! | 2 host | `~/.cache/tpuc/executables/` (persistent, `XDG_CACHE_HOME` respected), or `/dev/shm/tpuc/<name>/` when named; atomic publish, per-key `flock`, mmap reads, LRU budget | by default (`TPUC_CACHE_DISK=0` turns it off); `TPUC_CACHE_TIER2=<name>` or [`CacheConfig::tier2`] for shared memory |
 //! | 3 remote | `gs://bucket/prefix` or a shared directory; write-once objects, background uploads | `TPUC_CACHE_TIER3_ROOT` or [`CacheConfig::tier3`] |
 //!
 //! [`Cache::get_or_compile`] looks in tiers 1, 2, 3 in order, copies a hit
@@ -48,7 +48,10 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `TPUC_CACHE_MEMORY_MAX_BYTES` | tier-1 budget (`K`/`M`/`G` suffixes allowed) | 1G |
-//! | `TPUC_CACHE_TIER2` | tier-2 name; enables tier 2 | off |
+//! | `TPUC_CACHE_DISK` | `0`/`off`: no persistent tier 2 when no tier-2 name is set | on |
+//! | `TPUC_CACHE_DISK_MAX_BYTES` | the persistent tier's budget | 10G |
+//! | `XDG_CACHE_HOME` | the persistent tier lives in `$XDG_CACHE_HOME/tpuc/executables` | `~/.cache` |
+//! | `TPUC_CACHE_TIER2` | tier-2 name: tier 2 in host shared memory instead | off |
 //! | `TPUC_CACHE_TIER2_ROOT` | directory holding tier-2 names | `/dev/shm/tpuc` |
 //! | `TPUC_CACHE_TIER2_MAX_BYTES` | tier-2 budget, LRU eviction on publish | 4G |
 //! | `TPUC_CACHE_TIER3_ROOT` | `gs://bucket/prefix` or a path; enables tier 3 | off |
@@ -73,7 +76,7 @@ mod stats;
 pub use bytes::Bytes;
 
 pub use crate::cache::Cache;
-pub use crate::config::{parse_size, CacheConfig, Tier2Config, Tier3Config};
+pub use crate::config::{parse_size, CacheConfig, Tier2Config, Tier3Config, DISK_TIER_MAX_BYTES, DISK_TIER_NAME};
 pub use crate::format::{Corrupt, Encoded, FORMAT_VERSION, HEADER_LEN, MAGIC};
 pub use crate::key::{
     CacheKey, CompileOptions, Digest, KeyComponents, KeySummary, Manifest, PluginIdentity,

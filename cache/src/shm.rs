@@ -1,4 +1,6 @@
-//! Tier 2: host shared memory (`/dev/shm/tpuc/<name>/` by default).
+//! Tier 2: a directory of the host, shared by its processes: by default the persistent
+//! `~/.cache/tpuc/executables/` (so the next process, and the next run of a script, skips
+//! compiling), or host shared memory (`/dev/shm/tpuc/<name>/`) when a name is given.
 //!
 //! ```text
 //! <dir>/entries/<key>.tpx              entry (format.rs), published by rename

@@ -109,6 +109,11 @@ for var in ("TPUC_BIN", "TPUC_PYTHON", "CARGO_TARGET_DIR", "RUST_BACKTRACE", "HO
     if var in os.environ:
         config.environment[var] = os.environ[var]
 
+# Each test states the cache it uses: the persistent tier on by default would let one test's
+# compile turn another's expected miss into a hit. A test of that tier sets TPUC_CACHE_DISK=1
+# and its own XDG_CACHE_HOME.
+config.environment["TPUC_CACHE_DISK"] = "0"
+
 # Substitutions are regexes, applied in order before lit's own (%s, %t, ...),
 # so %tpuc is never read as %t + "puc".
 config.substitutions.append(("%verify-stablehlo", verify))

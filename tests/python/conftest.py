@@ -9,6 +9,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
 
+# The persistent cache tier stays on (it is the default users get) but lives in a directory of
+# this run, shared by its processes (the CLI tests' too), not in the caller's ~/.cache.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tpuc-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):

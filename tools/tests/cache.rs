@@ -32,7 +32,11 @@ impl Drop for ShmRoot {
 
 fn tpuc(root: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tpuc"));
-    c.args(args).env("TPUC_CACHE_TIER2_ROOT", root).env_remove("TPUC_CACHE_TIER2").env_remove("TPUC_CACHE_TIER3_ROOT");
+    c.args(args)
+        .env("TPUC_CACHE_TIER2_ROOT", root)
+        .env("TPUC_CACHE_DISK", "0")
+        .env_remove("TPUC_CACHE_TIER2")
+        .env_remove("TPUC_CACHE_TIER3_ROOT");
     c
 }
 
@@ -192,4 +196,29 @@ fn miss_explanations_name_the_component_that_changed() {
     let v = compile_json(&root.0, &["--target", "tpu", "--topology", "v6e:2x2", "--partitions", "4"]);
     assert_eq!(v["cache"], "miss");
     assert!(v["cache_note"].as_str().unwrap().contains("partitions=1 → partitions=4"), "{v}");
+}
+
+/// `tpuc plugins` run where no plugin can be found (the binary copied away from the project's
+/// .venv, no virtualenv, no plugin variables, a python3 without the packages) exits 1 and says
+/// for each target which package brings it and which variable names it.
+#[test]
+fn plugins_that_finds_none_exits_1_saying_how_to_get_them() {
+    let dir = std::env::temp_dir().join(format!("tpuc-plugins-{}", std::process::id()));
+    let _clean = ShmRoot(dir.clone());
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("tpuc");
+    std::fs::copy(env!("CARGO_BIN_EXE_tpuc"), &exe).unwrap();
+    let out = Command::new(&exe)
+        .arg("plugins")
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("cpu: not found: `pip install --no-deps lammps-jax-pjrt-cpu==0.11.2`"), "{text}");
+    assert!(text.contains("TPUC_PJRT_CPU_PLUGIN") && text.contains("tpu: not found: `pip install --no-deps libtpu==0.0.52`"), "{text}");
+    assert!(text.contains("no PJRT plugin found"), "{text}");
 }
