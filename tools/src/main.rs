@@ -45,7 +45,8 @@ enum Command {
     Compile(CompileArgs),
     /// Compile and run a program on the CPU plugin with inputs from .npy files.
     Run(RunArgs),
-    /// List the PJRT plugins tpuc finds: target, path, PJRT API version, platform.
+    /// List the PJRT plugins tpuc finds: target, path, PJRT API version, platform (exit 1 when
+    /// none is found, with how to get each).
     Plugins,
     /// Inspect and manage the compilation cache (configured by TPUC_CACHE_* variables or the
     /// --cache-* flags).
@@ -157,6 +158,10 @@ struct PipelineArgs {
     /// over the last axis and the batch over the others.
     #[arg(long, value_name = "POLICY", value_parser = PossibleValuesParser::new(tpuc_driver::spmd::ShardPolicy::NAMES).map(|s| tpuc_driver::spmd::ShardPolicy::parse(&s).expect("a listed policy")))]
     shard_policy: Option<tpuc_driver::spmd::ShardPolicy>,
+    /// With --shard-policy: an argument the policy cannot split evenly (named, with its dim
+    /// and the mesh, in a note otherwise) is an error.
+    #[arg(long)]
+    strict: bool,
     /// The mesh, shardings and policy from a JSON file, in the notation of the flags:
     /// {"mesh": "x=2,y=2", "shard": {"fc1.weight": "y,_"}, "policy": "tp"} (every key
     /// optional). --mesh must agree with its mesh; --shard and --shard-policy take precedence.
@@ -248,6 +253,7 @@ impl PipelineArgs {
             ranks: self.ranks()?,
             sharding,
             shard_policy,
+            strict_sharding: self.strict,
             inline_weights,
             target,
             precision: self.precision,
@@ -732,8 +738,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cache(c) => cache_command(c),
         Command::PlanBuckets(a) => plan_buckets(a),
         Command::Plugins => {
-            for line in tpuc_driver::exec::describe_plugins() {
+            let (lines, usable) = tpuc_driver::exec::plugin_report();
+            for line in lines {
                 println!("{line}");
+            }
+            if usable == 0 {
+                return Err(Failure::User("no PJRT plugin found: tpuc can lower, but not compile or run".into()));
             }
             Ok(())
         }
