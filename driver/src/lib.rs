@@ -77,6 +77,8 @@ pub struct LowerOptions {
     pub sharding: Option<spmd::MeshSharding>,
     /// Shardings for the arguments `sharding` does not name, chosen by a policy.
     pub shard_policy: Option<spmd::ShardPolicy>,
+    /// An argument the policy was asked to split but could not is an error, not a note.
+    pub strict_sharding: bool,
     /// A per-rank program (with collectives): the ranks and process groups.
     pub ranks: Option<spmd::Ranks>,
 }
@@ -269,12 +271,16 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.pass_details = pm.run(&mut module)?;
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
-    let notes = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
+    let mut notes: Vec<String> = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
     let mut sharding = options.sharding.clone();
     if let Some(sh) = &mut sharding {
         spmd::check(sh, &module).map_err(DriverError::Options)?;
         if let Some(policy) = options.shard_policy {
-            spmd::apply_policy(policy, &module, sh);
+            let missed = spmd::apply_policy(policy, &module, sh);
+            if options.strict_sharding && !missed.is_empty() {
+                return Err(DriverError::Options(format!("{} (--strict)", missed.join("; "))));
+            }
+            notes.extend(missed);
         }
     }
     let opts = EmitOptions {

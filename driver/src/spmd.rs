@@ -241,9 +241,11 @@ impl ShardPolicy {
 }
 
 /// Adds `policy`'s shardings to `sh` for the arguments of `module`'s main it does not shard
-/// yet. Only even splits are chosen; an argument that cannot split stays replicated.
-pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding) {
-    let Some(func) = module.main_func() else { return };
+/// yet. Only even splits are chosen; an argument that cannot split stays replicated, and is
+/// named in the returned notes (the argument, its dim and size, the mesh axes), one a line.
+pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(func) = module.main_func() else { return notes };
     let entry = module.entry_block(func);
     let all: Vec<String> = sh.axes.iter().map(|(n, _)| n.clone()).collect();
     let size_of = |axes: &[String]| -> i64 { axes.iter().map(|a| axis_size(&sh.axes, a).unwrap_or(1)).product() };
@@ -252,35 +254,76 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
         ShardPolicy::Tp => (Vec::new(), all.last().cloned()),
         _ => (all.clone(), None),
     };
+    let show_axes = |axes: &[String]| {
+        let each: Vec<String> = axes.iter().map(|a| format!("{a}={}", axis_size(&sh.axes, a).unwrap_or(1))).collect();
+        format!("{} ({} devices)", each.join(","), size_of(axes))
+    };
+    let show_dim = |d: &tpuc_ir::Dim| match d.as_static() {
+        Some(n) => format!("size {n}"),
+        None => "a symbolic size".to_string(),
+    };
     let mut chosen: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     let args = &module.blocks[entry].args;
+    let mut unsplit_weights = Vec::new();
     for (i, info) in func.args.iter().enumerate() {
         let ty = &module.values[args[i]].ty;
         let dims: Vec<Option<i64>> = ty.dims.iter().map(|d| d.as_static()).collect();
         let mut spec = vec![Vec::new(); dims.len()];
         let splits = |d: usize, axes: &[String]| !axes.is_empty() && dims[d].is_some_and(|n| n % size_of(axes) == 0);
+        if sh.args.contains_key(&info.name) {
+            continue;
+        }
         if info.kind == tpuc_ir::ArgKind::UserInput {
             if !dims.is_empty() && splits(0, &batch_axes) {
                 spec[0] = batch_axes.clone();
                 chosen.insert(info.name.clone(), spec);
+            } else if !dims.is_empty() && !batch_axes.is_empty() {
+                notes.push(format!(
+                    "--shard-policy {}: input `{}` stays replicated: its batch (dim 0, {}) does not split evenly over {}",
+                    policy.name(),
+                    info.name,
+                    show_dim(&ty.dims[0]),
+                    show_axes(&batch_axes)
+                ));
             }
-        } else if policy == ShardPolicy::Fsdp && info.kind.is_weight() {
+        } else if policy == ShardPolicy::Fsdp && info.kind.is_weight() && !dims.is_empty() {
             // The largest dim that splits; ties go to the leading dim.
             let mut order: Vec<usize> = (0..dims.len()).collect();
             order.sort_by_key(|&d| std::cmp::Reverse(dims[d].unwrap_or(0)));
             if let Some(&d) = order.iter().find(|&&d| splits(d, &all)) {
                 spec[d] = all.clone();
                 chosen.insert(info.name.clone(), spec);
+            } else {
+                let shape: Vec<String> = ty.dims.iter().map(|d| d.to_string()).collect();
+                unsplit_weights.push(format!("`{}` [{}]", info.name, shape.join(", ")));
             }
         }
+    }
+    if !unsplit_weights.is_empty() {
+        notes.push(format!(
+            "--shard-policy fsdp: {} weight(s) stay replicated: no dim splits evenly over {}: {}",
+            unsplit_weights.len(),
+            show_axes(&all),
+            unsplit_weights.join(", ")
+        ));
     }
     if let Some(axis) = tp_axis {
         for (i, dim) in megatron_pairs(module) {
             let ty = &module.values[args[i]].ty;
+            let name = &func.args[i].name;
+            if sh.args.contains_key(name) {
+                continue;
+            }
             if ty.dims[dim].as_static().is_some_and(|n| n % size_of(std::slice::from_ref(&axis)) == 0) {
                 let mut spec = vec![Vec::new(); ty.rank()];
                 spec[dim] = vec![axis.clone()];
-                chosen.insert(func.args[i].name.clone(), spec);
+                chosen.insert(name.clone(), spec);
+            } else {
+                notes.push(format!(
+                    "--shard-policy tp: weight `{name}` stays replicated: dim {dim} ({}) does not split evenly over {}",
+                    show_dim(&ty.dims[dim]),
+                    show_axes(std::slice::from_ref(&axis))
+                ));
             }
         }
     }
@@ -298,6 +341,7 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
             }
         }
     }
+    notes
 }
 
 /// The 2-D weights of main's matmuls (as argument indices) and the dim of each to split for
