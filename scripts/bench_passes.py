@@ -64,8 +64,8 @@ def op_counts(mlir):
 
 
 def execute_us(binary, model, inputs, extra, runs):
-    out = tpuc(binary, "run", model, "--no-cache", "--inputs", *inputs, "--repeat", str(runs), *extra).stdout
-    return json.loads(out.splitlines()[0])["median_us"]["execute"]
+    out = tpuc(binary, "run", model, "--no-cache", "--inputs", *inputs, "--repeat", str(runs), "--json", *extra).stdout
+    return json.loads(out.splitlines()[-1])["median_us"]["execute"]
 
 
 def measure(binary, model, extra):

@@ -65,8 +65,8 @@ def main():
             lower_ms.append(sum(ms))
         cpu = json.loads(tpuc(a.tpuc, "compile", pt2, "--json").stdout)
         tpu = json.loads(tpuc(a.tpuc, "compile", pt2, "--target", "tpu", "--topology", "v5e:2x2", "--json").stdout)
-        out = tpuc(a.tpuc, "run", pt2, "--inputs", *inputs, "--repeat", str(a.runs)).stdout
-        run = json.loads(out.splitlines()[0])["median_us"]
+        out = tpuc(a.tpuc, "run", pt2, "--inputs", *inputs, "--repeat", str(a.runs), "--json").stdout
+        run = json.loads(out.splitlines()[-1])["median_us"]
         eager = eager_median_us(pt2, inputs, a.runs)
         rows.append((f["name"], min(lower_ms), cpu["compile_seconds"] * 1e3, tpu["compile_seconds"] * 1e3, run, eager))
     hdr = "| fixture | import+lower ms | compile CPU ms | compile TPU v5e ms | run total µs | execute µs | checks µs | uploads µs | downloads µs | eager µs | tpuc/eager |"

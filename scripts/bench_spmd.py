@@ -54,12 +54,12 @@ def compile_json(tpuc: str, model: str, flags: list[str]) -> dict:
 
 
 def run_us(tpuc: str, model: str, x: str, flags: list[str], repeat: int) -> float:
-    cmd = [tpuc, "run", model, "--inputs", x, "--no-cache", "--repeat", str(repeat), *flags]
+    cmd = [tpuc, "run", model, "--inputs", x, "--no-cache", "--repeat", str(repeat), "--json", *flags]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr}")
     for line in p.stdout.splitlines():
-        if line.startswith('{"runs"'):
+        if line.startswith("{") and '"median_us"' in line:
             return json.loads(line)["median_us"]["total"]
     sys.exit(f"no timing line from: {' '.join(cmd)}\n{p.stdout}")
 

@@ -432,12 +432,14 @@ struct RunArgs {
     /// Absolute tolerance for --expect.
     #[arg(long, default_value_t = 1e-5)]
     atol: f64,
-    /// Run this many times (after one warm-up run) and print the median time of each step:
-    /// input checks, uploads, execute, downloads (a --mesh program: of the whole call).
+    /// Run this many times and print the median over all runs but the first of each step, in
+    /// µs: total, check (input checks), upload, execute, download (a --mesh program: total).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
-    /// Print one JSON object as the last line: the bucket run (programs with symbolic dims),
-    /// where the executable came from, and the output shapes.
+    /// Print one JSON object as the last line: `bucket` (the bucket run, for programs with
+    /// symbolic dims), `cache` (where the executable came from), `outputs` (their shapes),
+    /// `ok`; with --repeat also `runs` and `median_us` {total, check, upload, execute,
+    /// download} (a --mesh program: `devices` and `median_us.total`).
     #[arg(long)]
     json: bool,
     /// Fill the padding of bucketed inputs with this value instead of zeros (nan, inf, -inf
@@ -933,7 +935,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         if let Some(sh) = &sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
+            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
         }
         tracing::info!("{}", compiled.summary.line());
         let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
@@ -941,7 +943,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
         for _ in 1..a.repeat.max(1) {
             times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
         }
-        return finish_run(&a, &outputs, &times, None, compiled.summary.cache);
+        return finish_run(&a, &outputs, Timing::of(&times), None, compiled.summary.cache);
     }
     let imported = tpuc_driver::import(&a.model)?;
     if dynamic::append_seed(&imported.module, &mut inputs, a.seed) {
@@ -961,7 +963,7 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             }
             let runner = tpuc_driver::spmd::RankRunner::new(&compiled, &lowered.module, &lowered.weights, r.count).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
+            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
         }
         if let Some(sh) = &lowered.sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
@@ -975,9 +977,10 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
                     us.push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 us.sort_by(f64::total_cmp);
-                println!("{{\"runs\":{},\"devices\":{},\"median_us\":{{\"total\":{:.2}}}}}", us.len(), tpuc_driver::spmd::device_count(sh), us[us.len() / 2]);
+                let timing = Timing { runs: us.len(), devices: Some(tpuc_driver::spmd::device_count(sh)), median_us: vec![("total", us[us.len() / 2])] };
+                return finish_run(&a, &outputs, Some(timing), None, compiled.summary.cache);
             }
-            return finish_run(&a, &outputs, &[], None, compiled.summary.cache);
+            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
         }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
         let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
@@ -1041,42 +1044,81 @@ fn run_model(a: RunArgs) -> Result<(), Failure> {
             .map_err(DriverError::from)?;
         (outputs, Some(bucket), compiled.summary.cache)
     };
-    finish_run(&a, &outputs, &times, bucket, source)
+    finish_run(&a, &outputs, Timing::of(&times), bucket, source)
 }
 
 /// The end of `tpuc run`: the timing line (with --repeat), the outputs as the flags say, and
 /// the JSON summary.
-fn finish_run(
-    a: &RunArgs,
-    outputs: &[tpuc_driver::tensor::HostTensor],
-    times: &[tpuc_driver::exec::RunTimes],
-    bucket: Option<tpuc_driver::dynamic::Sizes>,
-    source: &str,
-) -> Result<(), Failure> {
-    if a.repeat > 1 && !times.is_empty() {
+/// `run --repeat N`: the median of the timed runs (all but the first), per step, in µs.
+struct Timing {
+    runs: usize,
+    /// A --mesh program: the devices one call ran on (only `total` is timed).
+    devices: Option<i64>,
+    /// (step, µs): `total`, and for a single-device program `check` (input checks), `upload`,
+    /// `execute`, `download`.
+    median_us: Vec<(&'static str, f64)>,
+}
+
+impl Timing {
+    fn of(times: &[tpuc_driver::exec::RunTimes]) -> Option<Timing> {
+        if times.is_empty() {
+            return None;
+        }
         let median = |f: &dyn Fn(&tpuc_driver::exec::RunTimes) -> std::time::Duration| {
             let mut v: Vec<f64> = times.iter().map(|t| f(t).as_secs_f64() * 1e6).collect();
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        println!(
-            "{{\"runs\":{},\"median_us\":{{\"total\":{:.2},\"check\":{:.2},\"upload\":{:.2},\"execute\":{:.2},\"download\":{:.2}}}}}",
-            a.repeat - 1,
-            median(&|t| t.total()),
-            median(&|t| t.check),
-            median(&|t| t.upload),
-            median(&|t| t.execute),
-            median(&|t| t.download)
-        );
+        Some(Timing {
+            runs: times.len(),
+            devices: None,
+            median_us: vec![
+                ("total", median(&|t| t.total())),
+                ("check", median(&|t| t.check)),
+                ("upload", median(&|t| t.upload)),
+                ("execute", median(&|t| t.execute)),
+                ("download", median(&|t| t.download)),
+            ],
+        })
+    }
+
+    /// `median of 9 runs: total 151.20 µs (check 1.10, upload 10.30, execute 123.40, download 16.40)`.
+    fn line(&self) -> String {
+        let (total, rest) = self.median_us.split_first().expect("a total");
+        let parts: Vec<String> = rest.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+        let on = self.devices.map(|d| format!(" on {d} devices")).unwrap_or_default();
+        let detail = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
+        format!("median of {} runs{on}: {} {:.2} µs{detail}", self.runs, total.0, total.1)
+    }
+}
+
+fn finish_run(
+    a: &RunArgs,
+    outputs: &[tpuc_driver::tensor::HostTensor],
+    timing: Option<Timing>,
+    bucket: Option<tpuc_driver::dynamic::Sizes>,
+    source: &str,
+) -> Result<(), Failure> {
+    if let (Some(t), false) = (&timing, a.json) {
+        println!("{}", t.line());
     }
     let result = report_outputs(a, outputs);
     if a.json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "bucket": bucket,
             "cache": source,
             "outputs": outputs.iter().map(|t| t.dims.clone()).collect::<Vec<_>>(),
             "ok": result.is_ok(),
         });
+        if let Some(t) = timing {
+            let median: serde_json::Map<String, serde_json::Value> =
+                t.median_us.iter().map(|(k, us)| (k.to_string(), serde_json::json!((us * 100.0).round() / 100.0))).collect();
+            v["runs"] = t.runs.into();
+            v["median_us"] = median.into();
+            if let Some(d) = t.devices {
+                v["devices"] = d.into();
+            }
+        }
         println!("{v}");
     }
     result
