@@ -195,6 +195,8 @@ mod tests {
             key,
             components: KeySummary {
                 graph: Digest::of(b"g"),
+                program: None,
+                lowering: String::new(),
                 label: String::new(),
                 compile_options: String::new(),
                 compile_options_hash: Digest::of(b""),

@@ -106,8 +106,15 @@ pub struct PluginIdentity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyComponents {
     /// Digest of the canonical program (e.g. `Digest::of(stablehlo_text)`).
-    /// Also the *graph fingerprint* used to explain misses.
     pub program: Digest,
+    /// The *graph fingerprint* used to explain misses: the source graph before any lowering
+    /// choice (e.g. a digest of the FX graph JSON), so that entries compiled from it with
+    /// other lowering options are found; `None` = the program digest. Not hashed (the program
+    /// already reflects every choice).
+    pub graph: Option<Digest>,
+    /// Display only, not hashed: the lowering options that made `program` from the graph
+    /// (e.g. `precision=highest bf16=off`), named when a miss differs in them.
+    pub lowering: String,
     pub compile_options: CompileOptions,
     /// The kind of device compiled for, e.g. `"tpu"` or `"cpu"`.
     pub target: String,
@@ -157,13 +164,15 @@ impl KeyComponents {
     /// The graph fingerprint: entries sharing it differ only in options,
     /// target, plugin or tool.
     pub fn graph(&self) -> Digest {
-        self.program
+        self.graph.unwrap_or(self.program)
     }
 
     /// The components as recorded in a manifest.
     pub fn summary(&self) -> KeySummary {
         KeySummary {
-            graph: self.program,
+            graph: self.graph(),
+            program: Some(self.program),
+            lowering: self.lowering.clone(),
             label: self.label.clone(),
             compile_options: self.compile_options.summary.clone(),
             compile_options_hash: Digest::of(&self.compile_options.canonical),
@@ -189,6 +198,13 @@ fn field(h: &mut blake3::Hasher, tag: &str, bytes: &[u8]) {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySummary {
     pub graph: Digest,
+    /// The program digest, where it differs from `graph` (manifests written before it was
+    /// recorded have none: their graph is the program).
+    #[serde(default)]
+    pub program: Option<Digest>,
+    /// The lowering options' summary (empty when the caller gave none).
+    #[serde(default)]
+    pub lowering: String,
     #[serde(default)]
     pub label: String,
     pub compile_options: String,
@@ -210,6 +226,21 @@ impl KeySummary {
                 self.graph.short(),
                 want.graph.short()
             ));
+        } else {
+            let (a, b) = (self.program.unwrap_or(self.graph), want.program.unwrap_or(want.graph));
+            if a != b {
+                // The same source graph lowered to another program: by other lowering
+                // options when they differ, else by another lowering (a tpuc change).
+                if self.lowering != want.lowering {
+                    out.push(format!(
+                        "lowering options: {} → {}",
+                        show(&self.lowering),
+                        show(&want.lowering)
+                    ));
+                } else {
+                    out.push(format!("program {} → {} (same graph and lowering options)", a.short(), b.short()));
+                }
+            }
         }
         if self.compile_options_hash != want.compile_options_hash {
             if self.compile_options != want.compile_options {
@@ -340,6 +371,8 @@ mod tests {
     fn base() -> KeyComponents {
         KeyComponents {
             program: Digest::of(b"module {}"),
+            graph: None,
+            lowering: String::new(),
             compile_options: CompileOptions {
                 canonical: b"p=1".to_vec(),
                 summary: "partitions=1".into(),
@@ -392,5 +425,27 @@ mod tests {
                 "topology v6e:2x2 → v5e:2x2"
             ]
         );
+    }
+
+    #[test]
+    fn explains_a_lowering_option_by_the_source_graph() {
+        let mut old = base();
+        old.graph = Some(Digest::of(b"fx graph"));
+        old.lowering = "precision=highest bf16=off".into();
+        let mut new = old.clone();
+        new.program = Digest::of(b"module { bf16 dots }");
+        new.lowering = "precision=highest bf16=on".into();
+        assert_ne!(old.key(), new.key());
+        assert_eq!(old.graph(), new.graph());
+        let diffs = old.summary().differences(&new.summary());
+        assert_eq!(diffs, vec!["lowering options: precision=highest bf16=off → precision=highest bf16=on"]);
+        // Another program from the same graph and options: said plainly.
+        new.lowering = old.lowering.clone();
+        let diffs = old.summary().differences(&new.summary());
+        assert!(diffs[0].ends_with("(same graph and lowering options)"), "{diffs:?}");
+        // Lowering options are not part of the key: the program is.
+        let mut same = old.clone();
+        same.lowering = "anything".into();
+        assert_eq!(old.key(), same.key());
     }
 }

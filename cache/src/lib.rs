@@ -21,6 +21,8 @@
 //! let cache = Cache::new(CacheConfig::default()); // or Cache::from_env()
 //! let key = KeyComponents {
 //!     program: Digest::of(b"func.func @main() { ... }"), // locations stripped
+//!     graph: None,              // or the source graph's digest, to explain lowering changes
+//!     lowering: String::new(),  // e.g. "precision=highest bf16=off"
 //!     compile_options: CompileOptions { canonical: b"num_partitions=1".to_vec(), summary: "partitions=1".into() },
 //!     target: "cpu".into(),
 //!     topology: String::new(),

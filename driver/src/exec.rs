@@ -455,16 +455,34 @@ fn file_digest(path: &Path) -> String {
     digest
 }
 
-/// The cache key components of compiling `key_program` (StableHLO without locations) for `req`.
-pub fn key_components(key_program: &str, req: &CompileRequest, label: &str) -> Result<tpuc_cache::KeyComponents, ExecError> {
-    let plugin = plugin_for(req)?;
-    Ok(key_components_for(&plugin, key_program, req, label))
+/// How a cache entry is named for people (none of it is hashed): a label, and for a program
+/// lowered from a graph that graph's fingerprint and the lowering options, which let a miss
+/// that differs only in them name the option.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Provenance<'a> {
+    pub label: &'a str,
+    pub graph: Option<tpuc_cache::Digest>,
+    pub lowering: &'a str,
 }
 
-fn key_components_for(plugin: &rt::Plugin, key_program: &str, req: &CompileRequest, label: &str) -> tpuc_cache::KeyComponents {
+impl<'a> From<&'a str> for Provenance<'a> {
+    fn from(label: &'a str) -> Self {
+        Provenance { label, ..Default::default() }
+    }
+}
+
+/// The cache key components of compiling `key_program` (StableHLO without locations) for `req`.
+pub fn key_components(key_program: &str, req: &CompileRequest, from: Provenance<'_>) -> Result<tpuc_cache::KeyComponents, ExecError> {
+    let plugin = plugin_for(req)?;
+    Ok(key_components_for(&plugin, key_program, req, from))
+}
+
+fn key_components_for(plugin: &rt::Plugin, key_program: &str, req: &CompileRequest, from: Provenance<'_>) -> tpuc_cache::KeyComponents {
     let options = compile_options(req);
     tpuc_cache::KeyComponents {
         program: tpuc_cache::Digest::of(key_program.as_bytes()),
+        graph: from.graph,
+        lowering: from.lowering.to_string(),
         compile_options: tpuc_cache::CompileOptions {
             canonical: options.to_proto_bytes(),
             summary: if req.replicas > 1 {
@@ -477,7 +495,7 @@ fn key_components_for(plugin: &rt::Plugin, key_program: &str, req: &CompileReque
         topology: req.topology.clone().unwrap_or_default(),
         plugin: plugin_identity(plugin, req.target),
         tool_version: format!("tpuc {} payload {}", env!("CARGO_PKG_VERSION"), String::from_utf8_lossy(PAYLOAD_MAGIC)),
-        label: label.to_string(),
+        label: from.label.to_string(),
     }
 }
 
@@ -490,10 +508,10 @@ pub fn compile_cached(
     key_program: &str,
     req: &CompileRequest,
     cache: &tpuc_cache::Cache,
-    label: &str,
+    from: Provenance<'_>,
 ) -> Result<Compiled, ExecError> {
     let plugin = plugin_for(req)?;
-    let kc = key_components_for(&plugin, key_program, req, label);
+    let kc = key_components_for(&plugin, key_program, req, from);
     let start = Instant::now();
     let mut fresh: Option<(Option<rt::LoadedExecutable>, CompileTarget, f64)> = None;
     let outcome = cache.get_or_compile(&kc, || -> Result<Vec<u8>, ExecError> {

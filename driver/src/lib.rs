@@ -95,6 +95,26 @@ impl LowerOptions {
         }
     }
 
+    /// The options that choose how a graph lowers, for people (cache manifests name them when
+    /// a miss differs only in them): `precision=highest bf16=off fusion=on excess-precision=off`,
+    /// plus `passes=...` for an explicit pipeline.
+    pub fn lowering_summary(&self) -> String {
+        use tpuc_ir::AttrEnum;
+        let onoff = |b: bool| if b { "on" } else { "off" };
+        let precision = self.precision.unwrap_or_else(|| tpuc_passes::default_precision(self.target));
+        let mut s = format!(
+            "precision={} bf16={} fusion={} excess-precision={}",
+            precision.name(),
+            onoff(self.bf16),
+            onoff(!self.no_fusion),
+            onoff(self.allow_excess_precision)
+        );
+        if self.passes.is_some() || self.inline_weights {
+            s.push_str(&format!(" passes={}", self.pass_names().join(",")));
+        }
+        s
+    }
+
     /// The pass names this lowering runs, in order.
     pub fn pass_names(&self) -> Vec<String> {
         let mut names: Vec<String> = match &self.passes {
@@ -159,6 +179,10 @@ pub struct Lowered {
     pub sharding: Option<spmd::MeshSharding>,
     /// The ranks of a per-rank program (part of its key).
     pub ranks: Option<spmd::Ranks>,
+    /// The source graph's fingerprint (a digest of the program JSON), when it came from one.
+    pub graph: Option<tpuc_cache::Digest>,
+    /// [`LowerOptions::lowering_summary`] of the options it was lowered with.
+    pub lowering: String,
 }
 
 impl Lowered {
@@ -166,6 +190,12 @@ impl Lowered {
     /// `module @main`, so renaming nodes or editing source lines never changes a key. That is
     /// `stablehlo` itself when it was emitted so (the default options), and only otherwise
     /// emitted here.
+    /// How cache manifests name this program: `label`, the source graph and the lowering
+    /// options (so a miss caused by a lowering option says which).
+    pub fn provenance<'a>(&'a self, label: &'a str) -> exec::Provenance<'a> {
+        exec::Provenance { label, graph: self.graph, lowering: &self.lowering }
+    }
+
     pub fn key_program(&self) -> Result<Cow<'_, str>, DriverError> {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
@@ -244,6 +274,7 @@ pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
         outputs: (0..nres).map(tpuc_frontend_fx::OutputSlot::Result).collect(),
         torch_version: None,
         has_weight_data: false,
+        source: Default::default(),
     })
 }
 
@@ -264,7 +295,9 @@ pub fn pass_manager<'w>(options: &LowerOptions, weights: &'w BTreeMap<String, Te
 
 /// Runs the passes and, for [`Emit::StableHlo`], the emitter.
 pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<Lowered, DriverError> {
-    let Imported { mut module, weights, .. } = imported;
+    let Imported { mut module, weights, source, .. } = imported;
+    let graph = (!source.is_empty()).then(|| tpuc_cache::Digest::of(&source));
+    drop(source);
     let mut timings = Timings::default();
     {
         let pm = pass_manager(options, &weights)?;
@@ -301,7 +334,8 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         }
     };
     let stablehlo_is_key = opts == key_emit_options(&opts.sharding, &opts.ranks);
-    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding, ranks: opts.ranks })
+    let lowering = options.lowering_summary();
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding, ranks: opts.ranks, graph, lowering })
 }
 
 /// Import then lower, timing the import too.
@@ -344,6 +378,8 @@ pub fn lower_bucket(
         outputs: Vec::new(),
         torch_version: None,
         has_weight_data: true,
+        // No graph fingerprint: another bucket is another graph, not another lowering.
+        source: Default::default(),
     };
     let mut lowered = lower(imported, options, emit)?;
     lowered.timings.passes.insert(0, ("specialize", specialize_time));

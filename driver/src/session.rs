@@ -234,7 +234,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         plugin: options.plugin.clone(),
     };
     // The key hashes the text just emitted (emitted without locations, as keys need).
-    let compiled = exec::compile_cached(stablehlo, &lowered.key_program()?, &request, cache(), &options.name)?;
+    let compiled = exec::compile_cached(stablehlo, &lowered.key_program()?, &request, cache(), lowered.provenance(&options.name))?;
     if let Some(dir) = &module_dump {
         let json = serde_json::to_vec_pretty(&compiled.summary).unwrap_or_default();
         write(dir, "compile.json", &json)?;

@@ -88,6 +88,10 @@ pub struct Imported {
     pub torch_version: Option<String>,
     /// False for a bare model.json: weights are then only arguments.
     pub has_weight_data: bool,
+    /// The program JSON imported (a zero-copy slice for archives; empty when the module came
+    /// from elsewhere): the source graph before any lowering choice, which the driver
+    /// fingerprints to explain cache misses caused by lowering options.
+    pub source: Bytes,
 }
 
 impl Imported {
@@ -135,7 +139,7 @@ fn import_named(data: Bytes, name: &str) -> Result<Imported, ImportError> {
     let head = data.iter().position(|c| !c.is_ascii_whitespace()).and_then(|i| data.get(i));
     match head {
         _ if data.starts_with(b"PK") => import_archive(data),
-        Some(b'{') => import_json(&data, name, None),
+        Some(b'{') => import_json(data.clone(), name, None),
         _ => {
             let shown: String = data.iter().take(8).map(|&c| if c.is_ascii_graphic() { c as char } else { '.' }).collect();
             Err(ImportError::UnknownFormat(shown))
@@ -149,19 +153,22 @@ fn import_archive(data: Bytes) -> Result<Imported, ImportError> {
     let rel = format!("models/{}.json", ar.model);
     let json = ar.read(&rel)?;
     let payloads = ar.payloads()?;
-    import_json(&json, &format!("{}{rel}", ar.prefix), Some(payloads))
+    import_json(json, &format!("{}{rel}", ar.prefix), Some(payloads))
 }
 
-fn import_json(json: &[u8], file: &str, payloads: Option<archive::Payloads>) -> Result<Imported, ImportError> {
+fn import_json(json: Bytes, file: &str, payloads: Option<archive::Payloads>) -> Result<Imported, ImportError> {
     // Valid UTF-8 (as it should be) is checked once, not string by string; anything else is
     // parsed as bytes, to fail where the parser meets the bad byte.
-    let parsed = match std::str::from_utf8(json) {
+    let parsed = match std::str::from_utf8(&json) {
         Ok(text) => serde_json::from_str(text),
-        Err(_) => serde_json::from_slice(json),
+        Err(_) => serde_json::from_slice(&json),
     };
     let prog: schema::ExportedProgram =
         parsed.map_err(|e| ImportError::Json { file: file.to_string(), message: e.to_string() })?;
-    import::import_program(&prog, payloads)
+    let mut imported = import::import_program(&prog, payloads)?;
+    drop(prog);
+    imported.source = json;
+    Ok(imported)
 }
 
 /// Every FX target the importer lowers (`torch.ops.aten.add.Tensor`, `_operator.mul`, ...),

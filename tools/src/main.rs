@@ -344,7 +344,7 @@ fn compile_lowered(
     let compiled = match cache {
         None => tpuc_driver::exec::compile_stablehlo(text, &req),
         Some(cache) => {
-            tpuc_driver::exec::compile_cached(text, &lowered.key_program()?, &req, cache, label)
+            tpuc_driver::exec::compile_cached(text, &lowered.key_program()?, &req, cache, lowered.provenance(label))
         }
     };
     Ok(compiled.map_err(DriverError::from)?)
@@ -779,7 +779,7 @@ fn compile_mlir(path: &std::path::Path, text: &str, target: &TargetArgs) -> Resu
     let label = path.display().to_string();
     let compiled = match target.cache.open() {
         None => tpuc_driver::exec::compile_stablehlo(text, &req),
-        Some(cache) => tpuc_driver::exec::compile_cached(text, text, &req, &cache, &label),
+        Some(cache) => tpuc_driver::exec::compile_cached(text, text, &req, &cache, label.as_str().into()),
     };
     Ok(compiled.map_err(DriverError::from)?)
 }
@@ -1246,7 +1246,8 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
             if imported.module.symbols.is_empty() {
                 let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
                 report_passes(&lowered, options.pass_timing);
-                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request_for(&lowered)?, &a.model.display().to_string())
+                let label = a.model.display().to_string();
+                let kc = tpuc_driver::exec::key_components(&lowered.key_program()?, &a.target.request_for(&lowered)?, lowered.provenance(&label))
                     .map_err(DriverError::from)?;
                 print!("{}", cache.explain(&kc));
                 return Ok(());
@@ -1257,7 +1258,7 @@ fn cache_command(c: CacheCommand) -> Result<(), Failure> {
                 let name = tpuc_driver::dynamic::bucket_name(&bucket);
                 let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &options, Emit::StableHlo)?;
                 let label = format!("{} [{name}]", a.model.display());
-                let kc = tpuc_driver::exec::key_components(&bl.lowered.key_program()?, &a.target.request(), &label)
+                let kc = tpuc_driver::exec::key_components(&bl.lowered.key_program()?, &a.target.request(), label.as_str().into())
                     .map_err(DriverError::from)?;
                 println!("bucket {name}:");
                 for line in cache.explain(&kc).to_string().lines() {

@@ -198,6 +198,22 @@ fn miss_explanations_name_the_component_that_changed() {
     assert!(v["cache_note"].as_str().unwrap().contains("partitions=1 → partitions=4"), "{v}");
 }
 
+/// A lowering option (precision, bf16) changes the program, not the graph: the miss names
+/// the option, in `cache explain` and in the compile's own note.
+#[test]
+fn miss_explanations_name_a_lowering_option() {
+    let root = ShmRoot::new("explain-lowering");
+    assert_eq!(compile_json(&root.0, &[])["cache"], "miss");
+    let out = tpuc(&root.0, &["cache", "explain", "--cache-tier2", "t", "--precision", "high", &fixture("gpt2_block/core.pt2")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("lowering options: precision=highest bf16=off fusion=on excess-precision=off → precision=high bf16=off"), "{text}");
+    let v = compile_json(&root.0, &["--bf16"]);
+    assert_eq!(v["cache"], "miss");
+    assert!(v["cache_note"].as_str().unwrap().contains("bf16=off fusion=on excess-precision=off → precision=highest bf16=on"), "{v}");
+}
+
 /// `tpuc plugins` run where no plugin can be found (the binary copied away from the project's
 /// .venv, no virtualenv, no plugin variables, a python3 without the packages) exits 1 and says
 /// for each target which package brings it and which variable names it.

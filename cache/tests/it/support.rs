@@ -36,6 +36,8 @@ pub fn temp_dir(tag: &str) -> tempfile::TempDir {
 pub fn kc(program: &str) -> KeyComponents {
     KeyComponents {
         program: Digest::of(program.as_bytes()),
+        graph: None,
+        lowering: String::new(),
         compile_options: CompileOptions {
             canonical: b"num_partitions=1".to_vec(),
             summary: "partitions=1".into(),
