@@ -2,7 +2,8 @@
 # The main job on the embedded default: build tpuc, import the GPT-2 block fixture (a
 # torch.export .pt2 archive), print its tpuc IR, lower it to StableHLO and check that with the
 # real StableHLO verifier, run it on the XLA CPU plugin against PyTorch eager's outputs, and
-# compile it for a TPU v5e topology (no TPU needed).
+# compile it for a TPU v5e topology (no TPU needed); then install the Python package into
+# .venv and run a model through torch.compile(backend="tpuc").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -24,3 +25,18 @@ echo "== tpuc run $model on the XLA CPU plugin, compared with PyTorch eager"
   --expect tests/fixtures/gpt2_block/expected_0.npy --rtol 1e-4 --atol 1e-5
 echo "== tpuc compile $model --target tpu --topology v5e:2x2 (no TPU needed)"
 "$tpuc" compile "$model" --target tpu --topology v5e:2x2 -o target/demo/gpt2_block.v5e.xla
+echo "== the Python package into .venv (maturin develop --release), then torch.compile(backend=\"tpuc\")"
+if ! (cd python && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --release --quiet) >target/demo/maturin.log 2>&1; then
+  cat target/demo/maturin.log >&2
+  exit 1
+fi
+.venv/bin/python - <<'PY'
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+x = torch.randn(8, 16)
+got = torch.compile(model, backend="tpuc")(x)
+torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+print("   torch.compile(model, backend=\"tpuc\") equals eager; activate with: source .venv/bin/activate")
+PY

@@ -232,9 +232,14 @@ pub fn libtpu_log_dir() -> PathBuf {
 /// code reading it on other threads; a process that has already started other plugins'
 /// threads should set these variables itself before it starts (then they are left alone).
 pub fn libtpu_environment() -> std::result::Result<(), String> {
+    let ours = std::env::var_os("TPU_LOG_DIR").is_none_or(|v| v.is_empty());
     let dir = libtpu_log_dir();
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create TPU_LOG_DIR {}: {e}", dir.display()))?;
+    if ours {
+        // libtpu writes new log files at every load (91 after a day of use): keep the last few.
+        prune_libtpu_logs(&dir, LIBTPU_LOGS_KEPT);
+    }
     let mut vars = vec![("TPU_LOG_DIR", dir.into_os_string())];
     if !tpu_chips_in(Path::new("/dev")) {
         vars.push(("ALLOW_MULTIPLE_LIBTPU_LOAD", "1".into()));
@@ -246,6 +251,38 @@ pub fn libtpu_environment() -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How many of libtpu's own log files [`libtpu_environment`] keeps in tpuc's log folder.
+pub const LIBTPU_LOGS_KEPT: usize = 12;
+
+/// Removes all but the newest `keep` of libtpu's log files (`tpu_driver.*.log.*`) in `dir`,
+/// and its links to removed ones; `libtpu-stderr.log` (which tpuc appends to) starts over
+/// past 8 MiB. Best effort: what cannot be removed stays.
+pub fn prune_libtpu_logs(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut logs = Vec::new();
+    let mut links = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(meta) = e.path().symlink_metadata() else { continue };
+        if meta.file_type().is_symlink() {
+            links.push(e.path());
+        } else if name.starts_with("tpu_driver.") && name.contains(".log.") && meta.is_file() {
+            logs.push((meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH), e.path()));
+        } else if name == "libtpu-stderr.log" && meta.len() > 8 << 20 {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    logs.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, path) in logs.iter().skip(keep) {
+        let _ = std::fs::remove_file(path);
+    }
+    for link in links {
+        if !link.exists() {
+            let _ = std::fs::remove_file(link);
+        }
+    }
 }
 
 /// Whether the device folder `dev` shows TPU chips: `accel<N>` nodes (TPU v2-v5e) or numbered
@@ -267,7 +304,32 @@ pub fn tpu_chips_in(dev: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::tpu_chips_in;
+    use super::{prune_libtpu_logs, tpu_chips_in};
+
+    #[test]
+    fn libtpu_logs_keep_the_newest_and_their_links() {
+        let dir = std::env::temp_dir().join(format!("tpuc-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(1000);
+        let mut names = Vec::new();
+        for i in 0..6 {
+            let name = format!("tpu_driver.vm.root.log.INFO.20261203-2000{i:02}.{i}");
+            let f = std::fs::File::create(dir.join(&name)).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i * 10)).unwrap();
+            names.push(name);
+        }
+        std::os::unix::fs::symlink(&names[5], dir.join("tpu_driver.INFO")).unwrap();
+        std::os::unix::fs::symlink(&names[0], dir.join("tpu_driver.WARNING")).unwrap();
+        std::fs::write(dir.join("libtpu-stderr.log"), b"small").unwrap();
+        std::fs::write(dir.join("unrelated.txt"), b"x").unwrap();
+        prune_libtpu_logs(&dir, 2);
+        let mut left: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        let mut want = vec![names[4].clone(), names[5].clone(), "libtpu-stderr.log".into(), "tpu_driver.INFO".into(), "unrelated.txt".into()];
+        want.sort();
+        assert_eq!(left, want);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn tpu_chips_are_accel_nodes_or_numbered_vfio_groups() {
