@@ -88,3 +88,71 @@ def test_training_gradients_match_eager(name):
 def test_cli_runs_the_export_equal_to_eager(name, tmp_path):
     torch.manual_seed(0)
     assert_cli_matches_eager(MODELS[name](), torch.randn(2, 8, 32), tmp_path)
+
+
+class _Spectral(nn.Module):
+    """The FFT family, hann_window and stft as a raw (not decomposed) export keeps them."""
+
+    def forward(self, x, a):
+        s = torch.stft(a, 16, hop_length=4, window=torch.hann_window(16), return_complex=True)
+        s2 = torch.stft(a, 16, hop_length=5, win_length=10, window=torch.hann_window(10, periodic=False),
+                        normalized=True, return_complex=True)
+        return (torch.fft.rfft2(x).abs(), s.abs(), torch.view_as_real(s2), torch.fft.irfft(torch.fft.fft(x), n=10),
+                torch.fft.fftn(x, s=(6, 9), norm="ortho").real, torch.fft.ifft2(x, norm="forward").imag,
+                torch.fft.irfftn(torch.fft.rfftn(x, dim=(0, 2)), s=(2, 8), dim=(0, 2), norm="forward"),
+                torch.fft.rfft(x, n=5, dim=1, norm="ortho").angle(), torch.fft.ifftn(x).real)
+
+
+def test_raw_export_of_the_fft_family_and_stft_runs_equal_to_eager(tmp_path):
+    import subprocess
+
+    import numpy as np
+    from cli_check import TPUC
+
+    torch.manual_seed(0)
+    x, a = torch.randn(2, 8, 8), torch.randn(2, 64)
+    ep = torch.export.export(_Spectral(), (x, a))
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert {"aten.fft_rfft2.default", "aten.stft.default", "aten.hann_window.default"} <= targets, targets
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep, pt2)
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "a.npy", a.numpy())
+    want = []
+    for i, o in enumerate(_Spectral()(x, a)):
+        np.save(tmp_path / f"want{i}.npy", o.numpy())
+        want.append(str(tmp_path / f"want{i}.npy"))
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), str(tmp_path / "a.npy"), "--expect",
+                        *want, "--rtol", "1e-4", "--atol", "1e-4", "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_an_unsupported_op_torch_decomposes_says_how_to_export_it(tmp_path):
+    """A raw export's op that tpuc lacks but torch decomposes (PReLU's `prelu`) names the fix;
+    the decomposed export of the same model runs."""
+    import subprocess
+
+    from cli_check import TPUC
+
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.PReLU()).eval(), torch.randn(4, 8)
+    ep = torch.export.export(model, (x,))
+    torch.export.save(ep, str(tmp_path / "raw.pt2"))
+    p = subprocess.run([TPUC, "import", str(tmp_path / "raw.pt2")], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "unsupported op `torch.ops.aten.prelu.default`" in p.stderr, p.stderr
+    assert "torch decomposes it: save the program after `ep = ep.run_decompositions()`" in p.stderr, p.stderr
+    assert_cli_matches_eager(model, x, tmp_path)
+
+
+def test_the_list_of_ops_torch_decomposes_is_current():
+    import importlib.util
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    spec = importlib.util.spec_from_file_location("make_decomposable",
+                                                  os.path.join(root, "frontend-fx/tests/data/make_decomposable.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    have = open(os.path.join(root, "frontend-fx/src/decomposable.txt")).read().split()
+    assert have == mod.names(), "rerun frontend-fx/tests/data/make_decomposable.py > frontend-fx/src/decomposable.txt"

@@ -30,7 +30,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_fft_c2r.default", fft_c2r),
 ];
 
-fn parts(cx: &mut Ctx, x: ValueId) -> R<(ValueId, ValueId)> {
+pub(crate) fn parts(cx: &mut Ctx, x: ValueId) -> R<(ValueId, ValueId)> {
     Ok((cx.un(O::Real, x)?, cx.un(O::Imag, x)?))
 }
 
@@ -57,13 +57,18 @@ fn view_as_real(cx: &mut Ctx) -> R<Vec<Val>> {
     if !cx.dtype(x).is_complex() {
         return err(format!("view_as_real needs a complex tensor, got {}", cx.ty(x)));
     }
+    one(real_pairs(cx, x)?)
+}
+
+/// A complex tensor [...] as its real and imaginary parts side by side, [..., 2].
+pub(crate) fn real_pairs(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
     let (re, im) = parts(cx, x)?;
     let mut d1 = cx.dims(re);
     d1.push(Dim::Static(1));
     let re = cx.reshape(re, d1.clone())?;
     let im = cx.reshape(im, d1)?;
     let last = cx.rank(re) as i64 - 1;
-    one(cx.b.concatenate(&[re, im], last)?)
+    Ok(cx.b.concatenate(&[re, im], last)?)
 }
 
 fn complex(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -149,9 +154,14 @@ pub fn complex_abs(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
 
 /// The transformed dims, normalized and checked distinct and static.
 fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
+    checked_fft_dims(cx, x, cx.ints("dim")?)
+}
+
+/// `dims` normalized, each once, static, at least one.
+pub(crate) fn checked_fft_dims(cx: &Ctx, x: ValueId, dims: Vec<i64>) -> R<Vec<usize>> {
     let r = cx.rank(x);
     let mut out = Vec::new();
-    for d in cx.ints("dim")? {
+    for d in dims {
         let d = norm_dim(d, r)?;
         if d >= r {
             return err(format!("an FFT over dim {d} of a rank-{r} tensor"));
@@ -171,7 +181,7 @@ fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
 }
 
 /// `x` with `dims` moved last (in order), and the permutation that undoes it.
-fn to_end(cx: &mut Ctx, x: ValueId, dims: &[usize]) -> R<(ValueId, Option<Vec<i64>>)> {
+pub(crate) fn to_end(cx: &mut Ctx, x: ValueId, dims: &[usize]) -> R<(ValueId, Option<Vec<i64>>)> {
     let r = cx.rank(x);
     let mut perm: Vec<i64> = (0..r as i64).filter(|d| !dims.contains(&(*d as usize))).collect();
     perm.extend(dims.iter().map(|&d| d as i64));
@@ -185,20 +195,20 @@ fn to_end(cx: &mut Ctx, x: ValueId, dims: &[usize]) -> R<(ValueId, Option<Vec<i6
     Ok((cx.transpose(x, &perm)?, Some(inv)))
 }
 
-fn back(cx: &mut Ctx, y: ValueId, inv: Option<Vec<i64>>) -> R<ValueId> {
+pub(crate) fn back(cx: &mut Ctx, y: ValueId, inv: Option<Vec<i64>>) -> R<ValueId> {
     match inv {
         Some(p) => cx.transpose(y, &p),
         None => Ok(y),
     }
 }
 
-fn fft_op(cx: &mut Ctx, x: ValueId, ty: FftType, length: Vec<i64>) -> R<ValueId> {
+pub(crate) fn fft_op(cx: &mut Ctx, x: ValueId, ty: FftType, length: Vec<i64>) -> R<ValueId> {
     let attrs = Attrs::new().with("fft_type", Attr::Str(ty.name().into())).with("fft_length", Attr::Ints(length));
     Ok(cx.b.build1(O::Fft, &[x], attrs, None)?)
 }
 
 /// Complex-to-complex transform along `dims` (XLA's inverse divides by their sizes).
-fn c2c_along(cx: &mut Ctx, x: ValueId, dims: &[usize], inverse: bool) -> R<ValueId> {
+pub(crate) fn c2c_along(cx: &mut Ctx, x: ValueId, dims: &[usize], inverse: bool) -> R<ValueId> {
     if dims.is_empty() {
         return Ok(x);
     }
@@ -214,8 +224,27 @@ fn c2c_along(cx: &mut Ctx, x: ValueId, dims: &[usize], inverse: bool) -> R<Value
     back(cx, y, inv)
 }
 
+/// The half spectrum `m` (its last dim) cut or zero-padded to the `out_len / 2 + 1` entries a
+/// real inverse transform of length `out_len` reads, then transformed.
+pub(crate) fn irfft_last(cx: &mut Ctx, m: ValueId, out_len: i64) -> R<ValueId> {
+    let want = out_len / 2 + 1;
+    let have = *cx.static_dims(m, "fft")?.last().unwrap_or(&1);
+    let r = cx.rank(m);
+    let m = if have > want {
+        super::shape::slice_static(cx, m, r - 1, 0, want, 1)?
+    } else if have < want {
+        let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(m))?;
+        let mut hi = vec![0i64; r];
+        hi[r - 1] = want - have;
+        cx.b.pad(m, zero, &vec![0; r], &hi, &vec![0; r])?
+    } else {
+        m
+    };
+    fft_op(cx, m, FftType::Irfft, vec![out_len])
+}
+
 /// Multiplies by `k` unless it is 1.
-fn scale(cx: &mut Ctx, x: ValueId, k: f64) -> R<ValueId> {
+pub(crate) fn scale(cx: &mut Ctx, x: ValueId, k: f64) -> R<ValueId> {
     if k == 1.0 {
         return Ok(x);
     }
@@ -225,7 +254,11 @@ fn scale(cx: &mut Ctx, x: ValueId, k: f64) -> R<ValueId> {
 /// The factor turning an unnormalized (forward) or XLA-normalized (inverse) transform of
 /// signal size `n` into ATen's `normalization`.
 fn norm_factor(cx: &Ctx, n: f64, inverse: bool) -> R<f64> {
-    let mode = cx.int_or("normalization", 0)?;
+    norm_scale(cx.int_or("normalization", 0)?, n, inverse)
+}
+
+/// [`norm_factor`] for the normalization `mode` (0 none, 1 by √n, 2 by n).
+pub(crate) fn norm_scale(mode: i64, n: f64, inverse: bool) -> R<f64> {
     let wanted = match mode {
         0 => 1.0,
         1 => 1.0 / n.sqrt(),
@@ -293,21 +326,7 @@ fn fft_c2r(cx: &mut Ctx) -> R<Vec<Val>> {
     let n = signal_size(cx, x, rest) * out_len as f64;
     let y = c2c_along(cx, x, rest, true)?;
     let (m, inv) = to_end(cx, y, &[last])?;
-    // The half spectrum has out_len/2 + 1 entries: cut or zero-pad to that.
-    let want = out_len / 2 + 1;
-    let have = *cx.static_dims(m, "fft")?.last().unwrap_or(&1);
-    let r = cx.rank(m);
-    let m = if have > want {
-        super::shape::slice_static(cx, m, r - 1, 0, want, 1)?
-    } else if have < want {
-        let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(m))?;
-        let mut hi = vec![0i64; r];
-        hi[r - 1] = want - have;
-        cx.b.pad(m, zero, &vec![0; r], &hi, &vec![0; r])?
-    } else {
-        m
-    };
-    let y = fft_op(cx, m, FftType::Irfft, vec![out_len])?;
+    let y = irfft_last(cx, m, out_len)?;
     let y = back(cx, y, inv)?;
     let k = norm_factor(cx, n, true)?;
     one(scale(cx, y, k)?)

@@ -12,6 +12,7 @@
 pub mod backward;
 pub mod collective;
 pub mod complex;
+pub mod spectral;
 pub mod creation;
 pub mod distance;
 pub mod elementwise;
@@ -187,12 +188,13 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 16] = [
+        let tables: [&[(&str, OpFn)]; 17] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
             order::OPS,
             complex::OPS,
+            spectral::OPS,
             solve::OPS,
             lu::OPS,
             distance::OPS,
