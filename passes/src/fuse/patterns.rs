@@ -245,21 +245,27 @@ fn attention_op(cx: &Ctx, op: OpId) -> Option<Match> {
 }
 
 /// q's path into the scores dot: reshapes that flatten leading dims and splat scalings.
-fn walk_q(m: &Module, mut v: ValueId) -> (ValueId, f64) {
+fn walk_q(m: &Module, mut v: ValueId, rank: usize) -> (ValueId, f64) {
     let mut scale = 1.0;
+    let mut best = None;
     loop {
+        if m.values[v].ty.rank() == rank {
+            best = Some((v, scale));
+        }
         if let Some(x) = flatten_source(m, v) {
             v = x;
         } else if let Some((x, c)) = mul_splat(m, v) {
             scale *= c;
             v = x;
         } else {
-            return (v, scale);
+            return best.unwrap_or((v, scale));
         }
     }
 }
 
-/// `reshape(x)` that merges leading dims and keeps the last two: x.
+/// `reshape(x)` that merges leading dims and keeps the last two: x. (A reshape that drops a
+/// leading unit dim, as `unbind` of a stacked qkv leaves, is one too: the walks above keep
+/// the deepest value of the attention's own rank.)
 fn flatten_source(m: &Module, v: ValueId) -> Option<ValueId> {
     let x = unary(m, v, Opcode::Reshape)?;
     let (vt, xt) = (&m.values[v].ty, &m.values[x].ty);
@@ -285,10 +291,14 @@ fn repeat_kv(m: &Module, v: ValueId) -> Option<(ValueId, i64)> {
 }
 
 /// k's path: like q's, plus the transpose of the last two dims and a grouped-KV repeat.
-fn walk_k(m: &Module, mut v: ValueId) -> Option<(ValueId, f64)> {
+fn walk_k(m: &Module, mut v: ValueId, rank: usize) -> Option<(ValueId, f64)> {
     let mut scale = 1.0;
     let mut transposed = false;
+    let mut best = None;
     loop {
+        if transposed && m.values[v].ty.rank() == rank {
+            best = Some((v, scale));
+        }
         if let Some((x, _)) = repeat_kv(m, v).filter(|_| transposed) {
             v = x;
         } else if let Some(x) = flatten_source(m, v) {
@@ -309,11 +319,11 @@ fn walk_k(m: &Module, mut v: ValueId) -> Option<(ValueId, f64)> {
             break;
         }
     }
-    transposed.then_some((v, scale))
+    transposed.then_some(best.unwrap_or((v, scale)))
 }
 
-fn walk_v(m: &Module, mut v: ValueId) -> ValueId {
-    if let Some(x) = flatten_source(m, v) {
+fn walk_v(m: &Module, mut v: ValueId, rank: usize) -> ValueId {
+    if let Some(x) = flatten_source(m, v).filter(|&x| m.values[v].ty.rank() != rank || m.values[x].ty.rank() == rank) {
         v = x;
     }
     if let Some((x, _)) = repeat_kv(m, v) {
@@ -413,9 +423,10 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
         return None;
     }
     let (d1, s_scale, mask, bool_mask) = split_scores(m, s)?;
-    let (q, q_scale) = walk_q(m, m.ops[d1].operands[0]);
-    let (k, k_scale) = walk_k(m, m.ops[d1].operands[1])?;
-    let v = walk_v(m, v_flat);
+    let r_out = m.values[out].ty.rank();
+    let (q, q_scale) = walk_q(m, m.ops[d1].operands[0], r_out);
+    let (k, k_scale) = walk_k(m, m.ops[d1].operands[1], r_out)?;
+    let v = walk_v(m, v_flat, r_out);
     // Shapes: q [..., L, E], k and v [..., S, E], the output [..., L, Ev].
     let (qt, kt, vt, ot) = (&m.values[q].ty, &m.values[k].ty, &m.values[v].ty, &m.values[out].ty);
     let r = qt.rank();
