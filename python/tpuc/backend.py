@@ -116,7 +116,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
 
 
 class SavedLayout:
-    """A backward that runs ops eagerly (split, per rank, per shape) with the activations its
+    """A backward that runs ops eagerly (split, per shape) with the activations its
     forward saved laid out as aot traced them: a compiled forward returns them dense (see
     `CompiledGraph`), and an eager op that reads strides (`as_strided`) needs the traced ones.
     A backward compiled whole reads values only and is left as it is."""
@@ -130,16 +130,19 @@ class SavedLayout:
         from .graph import CompiledGraph
 
         whole = inner.inner if isinstance(inner, _random.Seeded) else inner
-        if isinstance(whole, CompiledGraph):
+        # Per-rank programs find their saved values by identity among the forward's results
+        # and read them as values, as a whole compiled graph does.
+        if isinstance(whole, (CompiledGraph, RankedGraph)):
             return inner
         plan = []
         for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
             v = n.meta.get("val")
             if not isinstance(v, torch.Tensor) or n.name.startswith("tangents") or v.dim() < 2:
                 continue
-            try:
-                shape, stride = tuple(int(d) for d in v.shape), tuple(int(s) for s in v.stride())
-            except Exception:  # symbolic: laid out per call by its own programs
+            # Symbolic sizes are left alone: int() of one would specialize its symbol (a
+            # guard, and a recompile at the next size); bucketed programs lay them out per call.
+            shape, stride = tuple(v.shape), tuple(v.stride())
+            if not all(type(d) is int for d in shape + stride):
                 continue
             if not v.is_contiguous():
                 plan.append((i, shape, stride))
@@ -311,6 +314,7 @@ class _Backend:
             gm.meta["tpuc_saved_from"] = meta.num_forward
         checks = _lift_error_checks(gm)
         collectives = _dist.has_collectives(gm)
+        ranked = False
         if collectives and _ranks.active() is None and _dist.in_job():
             # A torch.distributed job: the collectives run in the job's process group and the
             # compute between them as tpuc programs (see `distributed.py`).
@@ -319,6 +323,7 @@ class _Backend:
             else:
                 inner = self.build(gm, name, static, buffers)
         elif collectives or _ranks.active() is not None or (kind == "backward" and self.ranked_calls is not None):
+            ranked = True
             if meta is not None and any(i.mutates_metadata for i in meta.input_info):
                 raise TpucError(f"tpuc: {name}: per-rank programs do not change an argument's shape or strides in "
                                 "place (resize_, as_strided_, ...)", kind="ranks", graph=name)
@@ -342,7 +347,9 @@ class _Backend:
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
             inner = self.build(gm, name, static, buffers)
-        if kind == "backward":
+        if kind == "backward" and not ranked:
+            # (Per-rank programs find their saved values by identity among the forward's
+            # results and read them as values, as a whole compiled graph does.)
             inner = SavedLayout.around(inner, gm)
         return _Checked(inner, checks) if checks else inner
 

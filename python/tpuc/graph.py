@@ -151,7 +151,10 @@ class CompiledGraph:
         self.static = static
         # Bucketed: the padded size of every symbol.
         self.bucket = bucket
-        STATS["compiles"] += 1
+        # A program is made ready once per graph (and bucket); an XLA compile is a cache miss.
+        STATS["programs"] += 1
+        if self.program.cache == "miss":
+            STATS["compiles"] += 1
         STATS[f"cache_{self.program.cache}"] += 1
         imp, passes, emit = self.program.lower_seconds
         log.debug(

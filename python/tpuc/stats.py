@@ -9,7 +9,11 @@ STATS: collections.Counter = collections.Counter()
 
 
 def stats() -> dict[str, int]:
-    """A copy of the counters: `dynamo_graphs`, `aot_graphs`, `compiles`, `cache_<source>`,
+    """A copy of the counters: `dynamo_graphs` (graphs Dynamo handed the backend), `aot_graphs`
+    (the forward, backward or inference graphs aot_autograd made of them), `programs` (programs
+    made ready, one per graph and bucket, compiled or read from the cache), `compiles` (XLA
+    compiles: cache misses only), `cache_<source>` (where each program came from: `miss`,
+    `memory`, `shm` for the host tier, `remote`),
     `buckets` (bucketed programs compiled for graphs with symbolic sizes), `specializations`
     (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads` (weights
     made resident: on the CPU plugin read in place from their tensors),
@@ -43,12 +47,13 @@ WARMED = [False]
 
 def warmup(fn, *examples) -> int:
     """Runs `fn` (a torch.compile'd model or function) on each example, a tuple of arguments
-    or one tensor, so that every graph and bucket they reach compiles now; returns how many
-    programs were compiled. After it, with the `no_recompile` option (`TPUC_NO_RECOMPILE=1`),
+    or one tensor, so that every graph and bucket they reach is ready now; returns how many
+    programs it made ready (compiled, or read from the cache: `stats()`'s `compiles` and
+    `cache_*` say which). After it, with the `no_recompile` option (`TPUC_NO_RECOMPILE=1`),
     any further compile raises a TpucError naming the graph and the bucket or shape."""
     import torch
 
-    before = STATS["compiles"]
+    before = STATS["programs"]
     with torch.no_grad():
         # Twice: a size first met as a static graph (before Dynamo made the graph dynamic)
         # runs in the dynamic graph later, so its bucket is compiled on the second pass.
@@ -56,7 +61,7 @@ def warmup(fn, *examples) -> int:
             for ex in examples:
                 fn(*ex) if isinstance(ex, tuple) else fn(ex)
     WARMED[0] = True
-    return STATS["compiles"] - before
+    return STATS["programs"] - before
 
 
 def check_no_recompile(opts, name: str, what: str) -> None:

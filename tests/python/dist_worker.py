@@ -258,7 +258,7 @@ def main() -> int:
     result = json.dumps(dict(
         rank=rank, world=world, setup=args.setup, backend=args.backend, eager=want_losses, compiled=got_losses,
         loss_diff=max(abs(a - b) for a, b in zip(want_losses, got_losses)), param_diff=max(diffs.values()),
-        worst_param=max(diffs, key=diffs.get), programs=stats.get("compiles", 0), stats=stats,
+        worst_param=max(diffs, key=diffs.get), programs=stats.get("programs", 0), stats=stats,
     ))
     print("RESULT " + result, flush=True)
     if args.out:

@@ -123,7 +123,7 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
     with torch.no_grad():
         assert torch.allclose(got, model(x), rtol=1e-5, atol=1e-6)
     s = tpuc.stats()
-    assert s["fallback_graphs"] == 1 and s["compiles"] == 2, s  # fc1+tanh and relu+fc2
+    assert s["fallback_graphs"] == 1 and s["programs"] == 2, s  # fc1+tanh and relu+fc2
 
 
 def test_fallback_in_training_matches_eager():
@@ -430,7 +430,7 @@ def test_new_shapes_compile_once_per_bucket():
     # tpuc compiles once per bucket of the sizes it meets (8, then 3 and 4 in bucket 4:
     # Dynamo tries the newest graph first). Seen buckets never compile again.
     assert s["dynamo_graphs"] == 2 and s["buckets"] == 2, s
-    assert first["compiles"] == s["compiles"] == 3, s
+    assert first["programs"] == s["programs"] == 3, s
 
 
 def test_new_shapes_compile_once_per_shape_without_buckets():
@@ -444,7 +444,7 @@ def test_new_shapes_compile_once_per_shape_without_buckets():
             x = torch.randn(batch, 16)
             assert torch.allclose(compiled(x), model(x), rtol=1e-5, atol=1e-6), batch
     s = tpuc.stats()
-    assert s["dynamo_graphs"] == 2 and s["specializations"] == 3 and s["compiles"] == 4, s
+    assert s["dynamo_graphs"] == 2 and s["specializations"] == 3 and s["programs"] == 4, s
 
 
 def test_dump_dir_has_every_stage(tmp_path):
@@ -949,3 +949,21 @@ def test_a_backward_run_eagerly_gets_saved_activations_in_their_traced_layout():
     wrapped([dense, torch.ones(3)])
     assert got[0].stride() == (1, 2) and torch.equal(got[0], dense)
     assert got[1].stride() == (1,)
+
+
+def test_stats_count_a_graph_once_and_only_misses_as_compiles():
+    """One Dynamo graph is one `dynamo_graphs`; a program read from the cache is a program
+    and a cache hit, not a compile; warmup counts the programs it made ready."""
+
+    def f(x):
+        return torch.cos(x) * 3.25 - x  # a graph no other test compiles
+
+    x = torch.randn(7, 3, 5)
+    torch.compile(f, backend="tpuc")(x)
+    s = tpuc.stats()
+    assert (s["dynamo_graphs"], s["aot_graphs"], s["programs"], s["compiles"], s["cache_miss"]) == (1, 1, 1, 1, 1), s
+    torch._dynamo.reset()
+    tpuc.reset_stats()
+    assert tpuc.warmup(torch.compile(f, backend="tpuc"), x) == 1
+    s = tpuc.stats()
+    assert s["programs"] == 1 and s.get("compiles", 0) == 0 and s["cache_memory"] == 1, s

@@ -155,7 +155,7 @@ def test_every_collective_through_torch_compile_equals_the_emulation():
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"result {i}")
     # One program over 4 devices; a second call compiles nothing.
     tpuc.run_ranks(f, [torch.from_numpy(xs[r]) for r in range(R)])
-    assert tpuc.stats()["compiles"] == 1
+    assert tpuc.stats()["programs"] == 1
 
 
 class ShardedMLP(torch.nn.Module):
@@ -222,7 +222,7 @@ def test_per_rank_programs_over_changing_sizes_are_bucketed():
                 torch.testing.assert_close(o, whole(x), rtol=1e-5, atol=1e-5, msg=lambda m: f"batch {n}, rank {r}: {m}")
     s = tpuc.stats()
     # Batch 3 is Dynamo's first, static graph; the others fall in buckets 8, 16 and 2.
-    assert s["buckets"] == 3 and s["compiles"] == 4 and s.get("specializations", 0) == 0, s
+    assert s["buckets"] == 3 and s["programs"] == 4 and s.get("specializations", 0) == 0, s
 
     torch._dynamo.reset()
     tpuc.reset_stats()
@@ -378,7 +378,7 @@ def test_dtensor_parallelize_module_through_run_ranks_equals_eager():
         want = whole(x)
     for r, o in enumerate(outs):
         torch.testing.assert_close(o, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"rank {r}: {m}")
-    assert tpuc.stats()["compiles"] == 1
+    assert tpuc.stats()["programs"] == 1
 
     # Training: the forward is compiled, backward() runs in the function run_ranks calls (torch
     # itself cannot trace a DTensor backward inside a compiled frame, with aot_eager either).

@@ -43,13 +43,13 @@ def test_lengths_compile_once_per_bucket_and_match_eager():
     # The first length is a static graph; lengths 3..69 fall into the buckets 4, 8, 16, 32,
     # 64 and 128 of the auto grid.
     assert s["buckets"] == 6, s
-    assert s["compiles"] == 7, s
+    assert s["programs"] == 7, s
     assert s["weight_uploads"] == 2, s
     # A second pass over the lengths compiles nothing.
     with torch.no_grad():
         for n in range(3, 70):
             compiled(torch.randn(2, n, 16))
-    assert tpuc.stats()["compiles"] == 7
+    assert tpuc.stats()["programs"] == 7
 
 
 def test_mark_dynamic_range_bounds_the_last_bucket():
@@ -109,8 +109,8 @@ def test_hf_generate_same_tokens_few_compiles_weights_once():
     # buckets 8, 16, 32 and 64 (two symbolic graphs that Dynamo traces share the programs
     # through the executable cache).
     assert s["buckets"] <= 8, s
-    assert first["compiles"] <= 10, first
-    assert s["compiles"] == first["compiles"], (first, s)
+    assert first["programs"] <= 10, first
+    assert s["programs"] == first["programs"], (first, s)
     n_weights = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
     assert s["weight_uploads"] <= n_weights + 8, s
 
@@ -180,7 +180,7 @@ def test_hf_training_over_changing_lengths_is_bucketed(name):
                            lambda: compiled(input_ids=ids, labels=labels).loss, f"{name} seq {seq}", atol=1e-6)
     s = tpuc.stats()
     # Length 8: the static forward and backward; 11..16 and 5: buckets 16 and 8 of both.
-    assert s.get("specializations", 0) == 0 and s["buckets"] == 4 and s["compiles"] == 6, s
+    assert s.get("specializations", 0) == 0 and s["buckets"] == 4 and s["programs"] == 6, s
 
 
 class TailLoss(torch.nn.Module):
@@ -231,4 +231,4 @@ def test_hf_gpt2_training_over_changing_lengths_equals_eager():
     s = tpuc.stats()
     # Length 8 is one static graph pair; 11, 16 and 5 fall in buckets 16 and 8 of the dynamic
     # pair (forward and backward of the model and of the loss): 4 + 2 x 4 compiles.
-    assert s.get("specializations", 0) == 0 and s["buckets"] == 8 and s["compiles"] == 12, s
+    assert s.get("specializations", 0) == 0 and s["buckets"] == 8 and s["programs"] == 12, s

@@ -31,7 +31,7 @@ def test_inference_matches_eager(name):
     assert_close(got, want, 1e-4, 1e-5, name)
     assert torch.equal(got, again)
     s = tpuc.stats()
-    assert s["dynamo_graphs"] == 1 and s["compiles"] == 1, s
+    assert s["dynamo_graphs"] == 1 and s["programs"] == 1, s
     assert s.get("fallback_graphs", 0) == 0, s
 
 
@@ -56,7 +56,7 @@ def test_repeated_calls_compile_once_and_keep_weights_resident():
         for _ in range(5):
             compiled(x)
         s = tpuc.stats()
-        assert s["compiles"] == 1, s
+        assert s["programs"] == 1, s
         assert s["weight_uploads"] == 4, s  # fc1/fc2 weight and bias, once
         # A new input value is no recompile and no weight upload.
         compiled(x + 1)
@@ -69,7 +69,7 @@ def test_repeated_calls_compile_once_and_keep_weights_resident():
         model.fc2.bias.data = torch.randn(8)
         assert_close(compiled(x), model(x), 1e-5, 1e-6, "after .data replacement")
         s = tpuc.stats()
-        assert s["weight_uploads"] == 5 and s["compiles"] == 1, s
+        assert s["weight_uploads"] == 5 and s["programs"] == 1, s
 
 
 def _train(loss_module, call, args, make_opt, steps):
@@ -131,7 +131,7 @@ def test_training_matches_eager(name, opt):
     assert masked <= 0.05 * total, f"{masked} of {total} weights have a zero gradient"
     s = tpuc.stats()
     # One forward and one backward program, compiled once for all steps.
-    assert s["compiles"] == 2 and s["aot_graphs"] == 2, s
+    assert s["programs"] == 2 and s["aot_graphs"] == 2, s
 
 
 def test_batch_norm_running_stats_written_back():
@@ -165,4 +165,4 @@ def test_dynamic_shapes_training_matches_eager():
     for (n, p), q in zip(loss_module.named_parameters(), eager.parameters()):
         assert_close(p.grad, q.grad, 1e-4, 1e-6, n)
     s = tpuc.stats()
-    assert s["dynamo_graphs"] == 1 and s["buckets"] == 4 and s["compiles"] == 4, s
+    assert s["dynamo_graphs"] == 1 and s["buckets"] == 4 and s["programs"] == 4, s
