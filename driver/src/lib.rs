@@ -186,16 +186,16 @@ pub struct Lowered {
 }
 
 impl Lowered {
-    /// The StableHLO text cache keys hash: the module emitted without locations as
-    /// `module @main`, so renaming nodes or editing source lines never changes a key. That is
-    /// `stablehlo` itself when it was emitted so (the default options), and only otherwise
-    /// emitted here.
     /// How cache manifests name this program: `label`, the source graph and the lowering
     /// options (so a miss caused by a lowering option says which).
     pub fn provenance<'a>(&'a self, label: &'a str) -> exec::Provenance<'a> {
         exec::Provenance { label, graph: self.graph, lowering: &self.lowering }
     }
 
+    /// The StableHLO text cache keys hash: the module emitted without locations as
+    /// `module @main`, so renaming nodes or editing source lines never changes a key. That is
+    /// `stablehlo` itself when it was emitted so (the default options), and only otherwise
+    /// emitted here.
     pub fn key_program(&self) -> Result<Cow<'_, str>, DriverError> {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),

@@ -94,14 +94,14 @@ impl Archive {
             })?;
             let crc = f.crc32();
             let bytes = self.data.slice(start as usize..end as usize);
-            if self.checked.insert(idx) {
+            if !self.checked.contains(&idx) {
                 let got = crc32fast::hash(&bytes);
                 if got != crc {
-                    self.checked.remove(&idx);
                     return Err(ImportError::Archive(format!(
                         "`{full}`: CRC-32 mismatch (recorded {crc:08x}, computed {got:08x}): the file is damaged; save or copy it again"
                     )));
                 }
+                self.checked.insert(idx);
             }
             return Ok(bytes);
         }

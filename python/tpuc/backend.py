@@ -130,9 +130,7 @@ class SavedLayout:
         from .graph import CompiledGraph
 
         whole = inner.inner if isinstance(inner, _random.Seeded) else inner
-        # Per-rank programs find their saved values by identity among the forward's results
-        # and read them as values, as a whole compiled graph does.
-        if isinstance(whole, (CompiledGraph, RankedGraph)):
+        if isinstance(whole, CompiledGraph):
             return inner
         plan = []
         for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
