@@ -16,10 +16,10 @@ pub(crate) enum Lit {
     F(f64),
     I(i64),
     B(bool),
-    /// The smallest value: -inf for floats with infinities, the lowest finite value otherwise,
-    /// MIN for integers, false for bool.
+    /// The smallest value ([`DType::lowest`]): -inf for floats with infinities, the lowest
+    /// finite value otherwise, MIN for integers, false for bool.
     Lowest,
-    /// The largest value: +inf, the highest finite, MAX, true.
+    /// The largest value ([`DType::highest`]): +inf, the highest finite, MAX, true.
     Highest,
     /// All bits set: -1 / MAX / true (identity of `and`).
     AllOnes,
@@ -32,28 +32,8 @@ pub(crate) fn lit_bytes(lit: Lit, dt: DType) -> Vec<u8> {
         Lit::I(i) => Scalar::Int(i).to_bytes(dt),
         Lit::B(b) => Scalar::Bool(b).to_bytes(dt),
         Lit::AllOnes => vec![if dt == DType::Bool { 1 } else { 0xFF }; dt.size_bytes()],
-        Lit::Lowest | Lit::Highest => {
-            let low = lit == Lit::Lowest;
-            match dt {
-                DType::Bool => vec![u8::from(!low)],
-                DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
-                    let mut b = vec![if low { 0 } else { 0xFF }; dt.size_bytes()];
-                    *b.last_mut().unwrap() = if low { 0x80 } else { 0x7F };
-                    b
-                }
-                DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
-                    vec![if low { 0 } else { 0xFF }; dt.size_bytes()]
-                }
-                // No infinities: the largest finite magnitude, S.1111.110 = 448.
-                DType::F8E4M3FN => vec![if low { 0xFE } else { 0x7E }],
-                _ => Scalar::Float(if low {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
-                })
-                .to_bytes(dt),
-            }
-        }
+        Lit::Lowest => dt.lowest().to_bytes(dt),
+        Lit::Highest => dt.highest().to_bytes(dt),
     }
 }
 

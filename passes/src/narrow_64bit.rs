@@ -42,21 +42,6 @@ fn fits(r: Range) -> bool {
     r.0 >= I32.0 && r.1 <= I32.1
 }
 
-fn dtype_range(d: DType) -> Option<Range> {
-    Some(match d {
-        DType::Bool => (0, 1),
-        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
-        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
-        DType::I32 => I32,
-        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
-        DType::U8 => (0, u8::MAX as i128),
-        DType::U16 => (0, u16::MAX as i128),
-        DType::U32 => (0, u32::MAX as i128),
-        DType::U64 => (0, u64::MAX as i128),
-        _ => return None,
-    })
-}
-
 fn union(a: Range, b: Range) -> Range {
     (a.0.min(b.0), a.1.max(b.1))
 }
@@ -103,7 +88,7 @@ impl State {
             if d == DType::I64 || d == DType::U64 {
                 None
             } else {
-                dtype_range(d)
+                d.int_range()
             }
         })
     }

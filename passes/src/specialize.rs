@@ -682,8 +682,8 @@ impl<'a> Sp<'a> {
                 let fill = match kind {
                     ReduceKind::Sum | ReduceKind::Or => Scalar::Int(0),
                     ReduceKind::Prod | ReduceKind::And => Scalar::Int(1),
-                    ReduceKind::Max => lowest(dt),
-                    ReduceKind::Min => highest(dt),
+                    ReduceKind::Max => dt.lowest(),
+                    ReduceKind::Min => dt.highest(),
                 };
                 let f = fill.as_f64();
                 let need: Vec<usize> = dims.iter().copied().filter(|&i| self.clean_of(d.operands[0], i) != Some(f)).collect();
@@ -695,7 +695,7 @@ impl<'a> Sp<'a> {
                 let dim = a.int("dimension").unwrap_or(0) as usize;
                 let kind: ArgReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
                 let dt = old.values[d.operands[0]].ty.dtype;
-                let fill = if kind == ArgReduceKind::Argmax { lowest(dt) } else { highest(dt) };
+                let fill = if kind == ArgReduceKind::Argmax { dt.lowest() } else { dt.highest() };
                 let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
                 let l = (0..rank(0)).filter(|&i| i != dim).map(|i| lays[0][i].clone()).collect();
                 (vec![x], vec![l])
@@ -705,8 +705,8 @@ impl<'a> Sp<'a> {
                 let dt = old.values[d.operands[0]].ty.dtype;
                 let fill = match kind {
                     WindowKind::Sum => Scalar::Int(0),
-                    WindowKind::Max => lowest(dt),
-                    WindowKind::Min => highest(dt),
+                    WindowKind::Max => dt.lowest(),
+                    WindowKind::Min => dt.highest(),
                 };
                 let (win, st, bd, wd, pad) = (
                     ints("window_dimensions"),
@@ -773,8 +773,8 @@ impl<'a> Sp<'a> {
                     let descending = a.bool("descending").unwrap_or(false);
                     let fill = match (descending, dt.is_float()) {
                         (false, true) => Scalar::Float(f64::NAN),
-                        (false, false) => highest(dt),
-                        (true, _) => lowest(dt),
+                        (false, false) => dt.highest(),
+                        (true, _) => dt.lowest(),
                     };
                     let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
                     l[dim] = prefix(self.shape(ins[0])[dim], e);
@@ -788,7 +788,7 @@ impl<'a> Sp<'a> {
                 let known = padded
                     && (self.clean_of(d.operands[0], dim) == Some(f64::NEG_INFINITY)
                         || self.causal_scores(d.operands[0], dim, &lays[0])?);
-                let x = if known { ins[0] } else { self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(lowest(dt)))? };
+                let x = if known { ins[0] } else { self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(dt.lowest()))? };
                 let mut l = lays[0].clone();
                 if let DimLayout::Uniform(e) = &l[dim] {
                     l[dim] = prefix(self.shape(ins[0])[dim], e.clone());
@@ -1282,7 +1282,7 @@ impl<'a> Sp<'a> {
         }
         let dims: Vec<usize> = (0..lays[1].len()).filter(|&i| i != ivd && !lays[1][i].is_exact()).collect();
         let dt = self.new.values[ins[1]].ty.dtype;
-        self.mask(ins[1], &lays[1], &dims, Fill::Scalar(highest(dt)))
+        self.mask(ins[1], &lays[1], &dims, Fill::Scalar(dt.highest()))
     }
 
     /// Whether softmax input `x` (old) over padded `dim` is `scores + bias` with a bias that is
@@ -1711,37 +1711,6 @@ enum Fill {
 
 fn as_usize(v: &[i64]) -> Vec<usize> {
     v.iter().map(|&x| x as usize).collect()
-}
-
-/// The smallest value of a dtype (what `max` reductions ignore).
-fn lowest(dt: DType) -> Scalar {
-    match dt {
-        DType::Bool => Scalar::Bool(false),
-        DType::I8 => Scalar::Int(i8::MIN.into()),
-        DType::I16 => Scalar::Int(i16::MIN.into()),
-        DType::I32 => Scalar::Int(i32::MIN.into()),
-        DType::I64 => Scalar::Int(i64::MIN),
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 => Scalar::UInt(0),
-        DType::F8E4M3FN => Scalar::Float(-448.0),
-        _ => Scalar::Float(f64::NEG_INFINITY),
-    }
-}
-
-/// The largest value of a dtype (what `min` reductions ignore).
-fn highest(dt: DType) -> Scalar {
-    match dt {
-        DType::Bool => Scalar::Bool(true),
-        DType::I8 => Scalar::Int(i8::MAX.into()),
-        DType::I16 => Scalar::Int(i16::MAX.into()),
-        DType::I32 => Scalar::Int(i32::MAX.into()),
-        DType::I64 => Scalar::Int(i64::MAX),
-        DType::U8 => Scalar::UInt(u8::MAX.into()),
-        DType::U16 => Scalar::UInt(u16::MAX.into()),
-        DType::U32 => Scalar::UInt(u32::MAX.into()),
-        DType::U64 => Scalar::UInt(u64::MAX),
-        DType::F8E4M3FN => Scalar::Float(448.0),
-        _ => Scalar::Float(f64::INFINITY),
-    }
 }
 
 /// For a row-major reshape from `inn` to `out`: the input dim whose positions output dim `d`

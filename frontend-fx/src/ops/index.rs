@@ -220,24 +220,9 @@ fn scatter_add(cx: &mut Ctx) -> R<Vec<Val>> {
 fn identity_of(kind: &str, dt: DType) -> Scalar {
     match kind {
         "mul" => Scalar::Int(1),
-        "max" => match dt {
-            d if d.is_float() => Scalar::Float(f64::NEG_INFINITY),
-            DType::I64 => Scalar::Int(i64::MIN),
-            DType::I32 => Scalar::Int(i32::MIN as i64),
-            DType::I16 => Scalar::Int(i16::MIN as i64),
-            DType::I8 => Scalar::Int(i8::MIN as i64),
-            _ => Scalar::Int(0),
-        },
-        "min" => match dt {
-            d if d.is_float() => Scalar::Float(f64::INFINITY),
-            DType::I64 => Scalar::Int(i64::MAX),
-            DType::I32 => Scalar::Int(i32::MAX as i64),
-            DType::I16 => Scalar::Int(i16::MAX as i64),
-            DType::I8 => Scalar::Int(i8::MAX as i64),
-            DType::U8 => Scalar::Int(u8::MAX as i64),
-            DType::Bool => Scalar::Bool(true),
-            _ => Scalar::Int(-1),
-        },
+        // Finite for f8e4m3fn, which has no infinity to convert -inf to (it would be NaN).
+        "max" => dt.lowest(),
+        "min" => dt.highest(),
         _ => Scalar::Int(0),
     }
 }
@@ -511,8 +496,8 @@ fn index_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let dt = cx.dtype(x);
     let (kind, identity) = match reduce.as_str() {
         "prod" => ("mul", Scalar::Int(1)),
-        "amax" => ("max", lowest(dt)),
-        "amin" => ("min", highest(dt)),
+        "amax" => ("max", dt.lowest()),
+        "amin" => ("min", dt.highest()),
         "mean" => ("add", Scalar::Int(0)),
         r => return err(format!("index_reduce: unknown reduce {r:?} (prod, mean, amax, amin)")),
     };

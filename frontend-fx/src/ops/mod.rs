@@ -228,35 +228,6 @@ pub fn supported_targets() -> Vec<String> {
     v
 }
 
-/// The lowest value of a dtype (-inf for floats): the identity of max.
-pub fn lowest(d: DType) -> Scalar {
-    match d {
-        DType::Bool => Scalar::Bool(false),
-        DType::I8 => Scalar::Int(i8::MIN as i64),
-        DType::I16 => Scalar::Int(i16::MIN as i64),
-        DType::I32 => Scalar::Int(i32::MIN as i64),
-        DType::I64 => Scalar::Int(i64::MIN),
-        d if d.is_unsigned_int() => Scalar::Int(0),
-        _ => Scalar::Float(f64::NEG_INFINITY),
-    }
-}
-
-/// The highest value of a dtype (+inf for floats): the identity of min.
-pub fn highest(d: DType) -> Scalar {
-    match d {
-        DType::Bool => Scalar::Bool(true),
-        DType::I8 => Scalar::Int(i8::MAX as i64),
-        DType::I16 => Scalar::Int(i16::MAX as i64),
-        DType::I32 => Scalar::Int(i32::MAX as i64),
-        DType::I64 => Scalar::Int(i64::MAX),
-        DType::U8 => Scalar::Int(u8::MAX as i64),
-        DType::U16 => Scalar::Int(u16::MAX as i64),
-        DType::U32 => Scalar::Int(u32::MAX as i64),
-        DType::U64 => Scalar::UInt(u64::MAX),
-        _ => Scalar::Float(f64::INFINITY),
-    }
-}
-
 pub fn one(v: ValueId) -> R<Vec<Val>> {
     Ok(vec![Val::Tensor(v)])
 }

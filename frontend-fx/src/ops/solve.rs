@@ -448,7 +448,7 @@ fn pinv(cx: &mut Ctx) -> R<Vec<Val>> {
     let dt = cx.dtype(a);
     let sr = cx.rank(s);
     let smax = cx.reduce(s, ReduceKind::Max, &[sr - 1], true)?;
-    let eps = if dt == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 };
+    let eps = dt.eps().unwrap_or(f64::from(f32::EPSILON));
     let rtol_v = match (rtol, atol) {
         (Some(r), _) => cx.convert(r, dt)?,
         (None, None) => cx.full(Scalar::Float(m.max(n) as f64 * eps), dt, &[])?,

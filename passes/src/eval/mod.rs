@@ -120,13 +120,18 @@ fn supported(d: DType) -> bool {
     !matches!(d, DType::U64 | DType::C64 | DType::C128)
 }
 
-fn read(d: &TensorData, i: usize) -> N {
-    match d.element(i) {
+/// A scalar as a number (a u64 past i64::MAX wraps, as the dtype's bytes hold it).
+fn num(s: Scalar) -> N {
+    match s {
         Scalar::Float(f) => N::F(f),
         Scalar::Bool(b) => N::I(i64::from(b)),
         Scalar::Int(i) => N::I(i),
         Scalar::UInt(u) => N::I(u as i64),
     }
+}
+
+fn read(d: &TensorData, i: usize) -> N {
+    num(d.element(i))
 }
 
 /// Rounds / wraps a number to `dtype` (the value the dtype stores).
@@ -162,12 +167,7 @@ fn rounded(dtype: DType, x: N) -> N {
 }
 
 fn read_scalar(dtype: DType, b: &[u8]) -> N {
-    match Scalar::from_bytes(dtype, b) {
-        Scalar::Float(f) => N::F(f),
-        Scalar::Bool(b) => N::I(i64::from(b)),
-        Scalar::Int(i) => N::I(i),
-        Scalar::UInt(u) => N::I(u as i64),
-    }
+    num(Scalar::from_bytes(dtype, b))
 }
 
 fn as_f(x: N) -> f64 {
@@ -491,39 +491,11 @@ fn identity(kind: &str, dtype: DType) -> Option<N> {
         // All bits set (true for bool).
         "and" if dtype == DType::Bool => N::I(1),
         "and" => N::I(-1),
-        "max" => lowest(dtype),
-        "min" => highest(dtype),
+        // Finite for dtypes without infinities (f8e4m3fn), where -inf would store as NaN.
+        "max" => num(dtype.lowest()),
+        "min" => num(dtype.highest()),
         _ => return None,
     })
-}
-
-/// The smallest value of `dtype` (-inf for floats).
-fn lowest(dtype: DType) -> N {
-    match dtype {
-        d if d.is_float() => N::F(f64::NEG_INFINITY),
-        DType::I8 => N::I(i8::MIN.into()),
-        DType::I16 => N::I(i16::MIN.into()),
-        DType::I32 => N::I(i32::MIN.into()),
-        DType::I64 => N::I(i64::MIN),
-        _ => N::I(0),
-    }
-}
-
-/// The largest value of `dtype` (+inf for floats).
-fn highest(dtype: DType) -> N {
-    match dtype {
-        d if d.is_float() => N::F(f64::INFINITY),
-        DType::Bool => N::I(1),
-        DType::I8 => N::I(i8::MAX.into()),
-        DType::I16 => N::I(i16::MAX.into()),
-        DType::I32 => N::I(i32::MAX.into()),
-        DType::U8 => N::I(u8::MAX.into()),
-        DType::U16 => N::I(u16::MAX.into()),
-        DType::U32 => N::I(u32::MAX.into()),
-        // u64::MAX, which the dtype's bytes wrap it to.
-        DType::U64 => N::I(-1),
-        _ => N::I(i64::MAX),
-    }
 }
 
 /// Combines an accumulator with a value by a reduction or scatter `kind` (the value wins for
@@ -634,5 +606,21 @@ mod tests {
         assert_eq!(reduce(&empty, "max"), [-128.0, -128.0]);
         assert_eq!(reduce(&empty, "min"), [127.0, 127.0]);
         assert_eq!(reduce(&empty, "and"), [-1.0, -1.0]);
+    }
+
+    #[test]
+    fn max_and_min_of_nothing_are_finite_in_f8e4m3fn() {
+        // f8e4m3fn has no infinity (-inf would store as NaN): its extremes are ±448. f8e5m2
+        // has infinities, so they stay the identities there.
+        for (dt, high) in [(DType::F8E4M3FN, 448.0), (DType::F8E5M2, f64::INFINITY)] {
+            let empty = TensorData::new(TensorType::from_static(dt, &[2, 0]), Vec::new().into()).unwrap();
+            for (kind, want) in [("max", -high), ("min", high)] {
+                let a = Attrs::new().with("dimensions", tpuc_ir::Attr::Ints(vec![1])).with("kind", tpuc_ir::Attr::Str(kind.into()));
+                for cx in [Ctx::exact(ARITH_LIMIT), Ctx::REFERENCE] {
+                    let r = eval_one(Opcode::Reduce, &a, &[&empty], &TensorType::from_static(dt, &[2]), cx).unwrap();
+                    assert_eq!(to_f64s(&r), [want, want], "{kind} in {dt}");
+                }
+            }
+        }
     }
 }

@@ -193,12 +193,12 @@ pub(super) fn convert(to: DType, x: N) -> N {
             if f.is_nan() {
                 return N::I(0);
             }
-            let lo = as_f(super::lowest(to));
-            let hi = if to == DType::U64 { u64::MAX as f64 } else { as_f(super::highest(to)) };
+            let lo = to.lowest().as_f64();
+            let hi = to.highest().as_f64();
             let t = f.trunc().clamp(lo, hi);
             // i64's bounds are not exact in f64: saturate there without a wrapping cast.
             if t >= i64::MAX as f64 {
-                N::I(as_i(super::highest(to)))
+                N::I(to.highest().as_i64())
             } else {
                 N::I(t as i64)
             }

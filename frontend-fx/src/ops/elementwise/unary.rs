@@ -194,18 +194,6 @@ pub(super) fn isfinite(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.un(O::IsFinite, x)?)
 }
 
-/// Largest finite value of a float dtype.
-pub fn finfo_max(d: DType) -> f64 {
-    match d {
-        DType::F16 => 65504.0,
-        DType::BF16 => 3.3895313892515355e38,
-        DType::F32 => f32::MAX as f64,
-        DType::F8E4M3FN => 448.0,
-        DType::F8E5M2 => 57344.0,
-        _ => f64::MAX,
-    }
-}
-
 pub(super) fn nan_to_num(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let d = cx.dtype(x);
@@ -213,8 +201,9 @@ pub(super) fn nan_to_num(cx: &mut Ctx) -> R<Vec<Val>> {
         return one(x);
     }
     let nan = cx.float_or("nan", 0.0)?;
-    let pinf = cx.opt_float("posinf")?.unwrap_or(finfo_max(d));
-    let ninf = cx.opt_float("neginf")?.unwrap_or(-finfo_max(d));
+    let max = d.finite_max().unwrap_or(f64::MAX);
+    let pinf = cx.opt_float("posinf")?.unwrap_or(max);
+    let ninf = cx.opt_float("neginf")?.unwrap_or(-max);
     let isn = isnan_v(cx, x)?;
     let inf = cx.full_like(Scalar::Float(f64::INFINITY), x)?;
     let minf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), x)?;

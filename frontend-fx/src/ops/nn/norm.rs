@@ -290,19 +290,15 @@ pub(super) fn native_layer_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     Ok(vec![Val::Tensor(y), out_or_empty(cx, 1, Some(m))?, out_or_empty(cx, 2, Some(r))?])
 }
 
-/// RMS norm: `x * rsqrt(mean(x^2) + eps) * w`, eps defaulting to the dtype's epsilon.
+/// RMS norm: `x * rsqrt(mean(x^2) + eps) * w`, eps defaulting to the epsilon of the computation
+/// dtype (f32's for f16 and bf16 inputs), as ATen's `rms_norm` does.
 pub(super) fn rms_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
     let ns = cx.ints("normalized_shape")?;
     let w = cx.opt_t("weight")?;
     let xd = cx.dtype(x);
     let cd = stat_dtype(xd);
-    let eps = cx.opt_float("eps")?.unwrap_or(match xd {
-        DType::F16 => 0.0009765625,
-        DType::BF16 => 0.0078125,
-        DType::F64 => f64::EPSILON,
-        _ => f32::EPSILON as f64,
-    });
+    let eps = cx.opt_float("eps")?.unwrap_or(cd.eps().unwrap_or(f64::from(f32::EPSILON)));
     let dims = cx.dims(x);
     let n = ns.len();
     if n == 0 || n > dims.len() {

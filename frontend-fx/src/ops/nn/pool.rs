@@ -169,7 +169,7 @@ fn max_pool_indices(cx: &mut Ctx, x: ValueId, pool: &Pool) -> R<ValueId> {
     out_shape.extend(outs.iter().map(|&o| Dim::Static(o)));
     let dt = cx.dtype(x);
     // padded input
-    let low = cx.scalar(lowest(dt), dt)?;
+    let low = cx.scalar(dt.lowest(), dt)?;
     let r = dims.len();
     let mut lo = vec![0i64; r];
     let mut hi = vec![0i64; r];
@@ -197,7 +197,7 @@ fn max_pool_indices(cx: &mut Ctx, x: ValueId, pool: &Pool) -> R<ValueId> {
     let bdims: Vec<i64> = (pool.lead..r).map(|d| d as i64).collect();
     let first_c = cx.const_i64(&outs, &first)?;
     let mut best_i = cx.b.broadcast_in_dim(first_c, &bdims, out_shape.clone())?;
-    let mut best_v = cx.full(lowest(dt), dt, &out_shape)?;
+    let mut best_v = cx.full(dt.lowest(), dt, &out_shape)?;
     let offsets = product(&pool.wins.iter().map(|w| w.k).collect::<Vec<_>>());
     for off in offsets {
         let mut start = vec![0i64; r];
