@@ -26,7 +26,8 @@
 //!   `[b*s, d]` input against a reshaped `[b, s, d]`) is regathered into the product's layout;
 //!   any other mismatch is an error;
 //! - what cannot be made exact is an error naming the op, its FX node and the padded dim:
-//!   [`handling`] classifies every opcode (a test checks the table covers the op set).
+//!   [`handling`] classifies every opcode (an exhaustive match: a new opcode needs a rule), and
+//!   the error states the op's rule.
 //!
 //! The per-result layouts tell the caller how to cut the valid part out of each padded result.
 
@@ -277,16 +278,24 @@ struct Sp<'a> {
 type R<T> = Result<T, PassError>;
 
 impl<'a> Sp<'a> {
+    /// The error for the current op, ending with its rule from [`handling`] so that the
+    /// message says what the op would need to be bucketed.
     fn fail(&self, msg: impl std::fmt::Display) -> PassError {
         let mut m = String::from("cannot bucket ");
+        let mut rule = None;
         if let Some(op) = self.cur {
-            m += &format!("`{}`", self.old.ops[op].opcode);
+            let opcode = self.old.ops[op].opcode;
+            m += &format!("`{opcode}`");
             if let Some(l) = self.old.loc(op) {
                 m += &format!(" at {l}");
             }
             m += ": ";
+            rule = Some(handling(opcode).1);
         }
         m += &msg.to_string();
+        if let Some(rule) = rule {
+            m += &format!(" (bucketing rule: {rule})");
+        }
         PassError::Failed { pass: "specialize".into(), message: m }
     }
 
@@ -1746,11 +1755,27 @@ mod tests {
         assert_eq!(kept_reshape_dim(&[2, 8], &[16], 0), None);
     }
 
+    fn bucket(text: &str, s0: i64) -> Result<Specialized, PassError> {
+        let m = tpuc_ir::parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        specialize(&m, &BTreeMap::from([("s0".to_string(), s0)]))
+    }
+
     #[test]
-    fn every_opcode_is_classified_with_a_rule() {
-        for &op in Opcode::ALL {
-            let (_, rule) = handling(op);
-            assert!(!rule.is_empty(), "{op} has no rule");
-        }
+    fn an_op_its_rule_rejects_is_an_error_stating_the_rule() {
+        // layer_norm is exact only when its normalized dims are not padded.
+        let ln = |x: &str, stat: &str| {
+            format!(
+                "module {{\n  symbol @s0 : [1, 64]\n  func @main(%0: tensor<{x}xf32> {{kind = \"input\", name = \"x\"}}) -> (tensor<{x}xf32> {{kind = \"output\", name = \"y\"}}) {{\n    \
+                 %1, %2, %3 = layer_norm %0 {{epsilon = 1e-5, normalized_rank = 1}} : tensor<{x}xf32>, tensor<{stat}xf32>, tensor<{stat}xf32>\n    return %1\n  }}\n}}\n"
+            )
+        };
+        let (kind, rule) = handling(Opcode::LayerNorm);
+        assert_eq!(kind, Handling::Conditional);
+        let sp = bucket(&ln("s0x16", "s0x1"), 8).unwrap();
+        assert_eq!(sp.size_args, [("s0".to_string(), 1)]);
+        let err = bucket(&ln("4xs0", "4x1"), 8).err().expect("layer_norm over a padded dim is rejected");
+        let msg = err.to_string();
+        assert!(msg.contains("cannot bucket `layer_norm`") && msg.contains("normalizes over dim 1"), "{msg}");
+        assert!(msg.contains(&format!("(bucketing rule: {rule})")), "{msg}");
     }
 }

@@ -24,7 +24,9 @@ fn all_pjrt_objects_are_freed() {
             .buffer_from_host(&f32_bytes(&[2.0; 6]), ElementType::F32, &[3, 2], None)
             .unwrap();
         let outputs = exe.execute(&[&a, &b, &a]).unwrap();
-        let _ = outputs[0].to_host().unwrap();
+        // Read back before anything is freed: the results are there and right.
+        let (want_d, _) = f32_expected(&[1.0; 6], &[2.0; 6], &[1.0; 6]);
+        assert_eq!(f32s(&outputs[0].to_host().unwrap()), want_d);
         // Borrowed arguments and results handed over in place free their objects too.
         let data = f32_bytes(&[3.0; 6]);
         let borrowed = client

@@ -208,12 +208,29 @@ fn bad_topology_name_is_an_error() {
 
 #[test]
 fn no_client_without_a_tpu() {
-    // Without a TPU, creating a client must fail with libtpu's message (not hang or crash).
-    match libtpu().plugin.create_client() {
-        Ok(client) => eprintln!(
-            "unexpected: a TPU client exists here: {:?}",
-            client.devices()
-        ),
-        Err(e) => eprintln!("as expected: {e}"),
+    // Without a TPU, creating a client fails with libtpu's own status and message (not a
+    // hang, a crash or a client without devices); on a TPU VM it gives the chips.
+    let created = libtpu().plugin.create_client();
+    if tpuc_runtime::tpu_chips_in(Path::new("/dev")) {
+        let client = created.unwrap_or_else(|e| panic!("a TPU VM gives a client: {e}"));
+        assert!(!client.devices().unwrap().is_empty());
+        return;
+    }
+    let err = created
+        .map(|_| ())
+        .expect_err("a TPU client exists on a machine without TPU chips");
+    eprintln!("as expected: {err}");
+    match &err {
+        tpuc_runtime::Error::Plugin {
+            function,
+            code,
+            message,
+            ..
+        } => {
+            assert_eq!(*function, "PJRT_Client_Create", "{err:?}");
+            assert_eq!(*code, tpuc_runtime::ErrorCode::NotFound, "{err:?}");
+            assert!(message.contains("TPU initialization failed"), "{err:?}");
+        }
+        other => panic!("expected libtpu's PJRT_Client_Create error, got {other:?}"),
     }
 }
