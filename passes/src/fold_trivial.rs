@@ -3,8 +3,9 @@
 //! Needs: a verified module.
 //! Guarantees: each rule below replaces an op by a value it already computes, exactly (up to
 //! the sign of a zero in `x + 0`, which XLA's own simplifier folds the same way):
-//! - `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1`, `and(x, true)`, `or(x, false)`
-//!   (the constant a splat, possibly broadcast) → `x`;
+//! - `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1`, `and(x, true)` (bool only: an
+//!   integer `and(x, 1)` is not `x`), `or(x, false)` (the constant a splat, possibly broadcast)
+//!   → `x`;
 //! - `max(x, x)`, `min(x, x)`, `and(x, x)`, `or(x, x)`, `select(p, x, x)` → `x`;
 //!   `select(true, a, b)` → `a`, `select(false, a, b)` → `b`;
 //! - `neg(neg x)`, `not(not x)` → `x`;
@@ -50,6 +51,8 @@ fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
         }
         Sub if is_splat(m, xs[1], 0.0) => Some(xs[0]),
         Mul | And if xs[0] == xs[1] && d.opcode == And => Some(xs[0]),
+        // and(x, 1) of integers keeps only the lowest bit: only and(p, true) is the identity.
+        And if !rt.dtype.is_bool() => None,
         Mul | And => {
             if is_splat(m, xs[1], 1.0) && same(xs[0]) {
                 Some(xs[0])
