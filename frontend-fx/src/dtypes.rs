@@ -31,6 +31,17 @@ pub fn from_torch(n: i64) -> Result<DType, ImportError> {
 /// The dtype torch uses for Python floats and `torch.get_default_dtype()`.
 pub const DEFAULT_FLOAT: DType = DType::F32;
 
+/// The dtype ATen's CPU kernels compute in: float32 for the 16-bit floats (they load f16/bf16,
+/// compute and accumulate in f32 and round once when storing the result), the dtype itself
+/// otherwise. Ops that accumulate (pooling, reductions, norms) compute in it so that their
+/// results agree with eager's to one rounding step.
+pub fn compute_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
 /// Coarse category for `result_type`: bool < integer < floating < complex.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Category {

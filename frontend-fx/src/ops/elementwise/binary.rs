@@ -502,12 +502,15 @@ fn addc(cx: &mut Ctx, op: Opcode) -> R<Vec<Val>> {
         dt = true_div_dtype(dt);
     }
     let shape = cx.broadcast_shape(&[s, t1, t2])?;
-    let x = cx.mat(&s, dt, &shape)?;
-    let a = cx.mat(&t1, dt, &shape)?;
-    let b = cx.mat(&t2, dt, &shape)?;
+    // One kernel in eager: 16-bit floats are computed in f32 and rounded once.
+    let cd = crate::dtypes::compute_dtype(dt);
+    let x = cx.mat(&s, cd, &shape)?;
+    let a = cx.mat(&t1, cd, &shape)?;
+    let b = cx.mat(&t2, cd, &shape)?;
     let p = cx.bin(op, a, b)?;
     let p = scale_by(cx, p, Some(value))?;
-    one(cx.bin(O::Add, x, p)?)
+    let y = cx.bin(O::Add, x, p)?;
+    one(cx.convert(y, dt)?)
 }
 pub(super) fn addcmul(cx: &mut Ctx) -> R<Vec<Val>> {
     addc(cx, O::Mul)

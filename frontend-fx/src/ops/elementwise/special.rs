@@ -42,6 +42,10 @@ pub(super) fn polygamma(cx: &mut Ctx) -> R<Vec<Val>> {
     if n == 0 {
         return one(cx.un(O::Digamma, x)?);
     }
+    // 16-bit floats: the shifted sum below is computed in f32 and rounded once (in bf16 its 32
+    // terms would round 32 times).
+    let out_dt = cx.dtype(x);
+    let x = cx.convert(x, crate::dtypes::compute_dtype(out_dt))?;
     // XLA's polygamma (through its Hurwitz zeta) loses accuracy for negative x; there the
     // recurrence ψ⁽ⁿ⁾(x) = ψ⁽ⁿ⁾(x + K) - (-1)ⁿ·n!·Σⱼ<K (x + j)^-(n+1) moves it to x + K.
     const K: usize = 32;
@@ -62,7 +66,8 @@ pub(super) fn polygamma(cx: &mut Ctx) -> R<Vec<Val>> {
     let sign = if n % 2 == 0 { 1.0 } else { -1.0 };
     let corr = cx.bin_c(O::Mul, sum, sign * fact)?;
     let fixed = cx.bin(O::Sub, base, corr)?;
-    one(cx.select(neg, fixed, base)?)
+    let y = cx.select(neg, fixed, base)?;
+    one(cx.convert(y, out_dt)?)
 }
 
 /// A binary op computed in the float dtype the operands promote to.

@@ -191,7 +191,14 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
 pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = sdpa_args(cx, "attn_mask", true)?;
     no_dropout(&a)?;
-    let out = attention(cx, &a)?;
+    // The CPU flash kernel computes 16-bit inputs in f32 (scores, softmax and the weighted
+    // sum) and rounds the output once: so does this.
+    let dt = cx.dtype(a.q);
+    let cd = stat_dtype(dt);
+    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, cd) };
+    let wide = SdpaArgs { q: up(cx, a.q)?, k: up(cx, a.k)?, v: up(cx, a.v)?, mask: a.mask.map(|m| up(cx, m)).transpose()?, ..a };
+    let out = attention(cx, &wide)?;
+    let out = cx.convert(out, dt)?;
     let lse = if cx.used(1) {
         let l = attention_lse(cx, &a)?;
         let l = match cx.out_type(1) {

@@ -89,7 +89,10 @@ pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &C
     if cx.rank(x) != wr {
         return err(format!("convolution input {} does not match weight {}", cx.ty(x), cx.ty(w)));
     }
-    let dt = cx.result_type(&[Operand::T(x), Operand::T(w)])?;
+    let out_dt = cx.result_type(&[Operand::T(x), Operand::T(w)])?;
+    // 16-bit floats convolve and add the bias in f32 and round once, as the CPU kernels do
+    // (the widened operands are exact; on TPU the MXU reads them as bf16 with f32 accumulation).
+    let dt = crate::dtypes::compute_dtype(out_dt);
     let x = cx.convert(x, dt)?;
     let w = cx.convert(w, dt)?;
     let n = wr - 2;
@@ -119,6 +122,7 @@ pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &C
             cx.bin(O::Add, y, b)?
         }
     };
+    let y = cx.convert(y, out_dt)?;
     if unbatched {
         return crate::ops::shape::squeeze_v(cx, y, Some(&[0]));
     }

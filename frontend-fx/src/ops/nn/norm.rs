@@ -117,16 +117,15 @@ fn bn_core(
     let out = bn_apply(cx, x, mean, is, w, b, cd)?;
     let mut new_rm = None;
     let mut new_rv = None;
+    // The new running statistics stay in the computation dtype: each caller rounds them once,
+    // to the type its op gives them.
     if let Some(rm) = rm {
-        let rd = cx.dtype(rm);
         let r = cx.convert(rm, cd)?;
         let a = cx.bin_c(O::Mul, mean, momentum)?;
         let c = cx.bin_c(O::Mul, r, 1.0 - momentum)?;
-        let s = cx.bin(O::Add, a, c)?;
-        new_rm = Some(cx.convert(s, rd)?);
+        new_rm = Some(cx.bin(O::Add, a, c)?);
     }
     if let Some(rv) = rv {
-        let rd = cx.dtype(rv);
         // unbiased = var * n / (n - 1)
         let one_ = cx.scalar(Scalar::Float(1.0), cd)?;
         let nm1 = cx.bin(O::Sub, n, one_)?;
@@ -138,8 +137,7 @@ fn bn_core(
         let r = cx.convert(rv, cd)?;
         let a = cx.bin_c(O::Mul, unb, momentum)?;
         let c = cx.bin_c(O::Mul, r, 1.0 - momentum)?;
-        let s = cx.bin(O::Add, a, c)?;
-        new_rv = Some(cx.convert(s, rd)?);
+        new_rv = Some(cx.bin(O::Add, a, c)?);
     }
     Ok(BnOut { out, save_mean: Some(mean), save_invstd: Some(is), new_rm, new_rv })
 }
@@ -210,16 +208,17 @@ pub(super) fn bn_functional(cx: &mut Ctx) -> R<Vec<Val>> {
     let rv = cx.t("running_var")?;
     let training = cx.bool_or("training", false)?;
     let r = bn_core(cx, x, w, b, Some(rm), Some(rv), training, m, eps)?;
-    // In eval mode the running stats come back unchanged.
-    let new_rm = r.new_rm.unwrap_or(rm);
-    let new_rv = r.new_rv.unwrap_or(rv);
-    Ok(vec![
-        Val::Tensor(r.out),
-        out_or_empty(cx, 1, r.save_mean)?,
-        out_or_empty(cx, 2, r.save_invstd)?,
-        Val::Tensor(new_rm),
-        Val::Tensor(new_rv),
-    ])
+    // In eval mode the running stats come back unchanged. Their type is the one torch records
+    // (its meta function gives float32 statistics for 16-bit running stats, eager the running
+    // stats' own dtype), else the running stats'.
+    let mut stat = |i: usize, new: Option<ValueId>, old: ValueId| -> R<Val> {
+        let v = new.unwrap_or(old);
+        let to = cx.out_type(i).map(|t| t.dtype).unwrap_or(cx.dtype(old));
+        Ok(Val::Tensor(cx.convert(v, to)?))
+    };
+    let new_rm = stat(3, r.new_rm, rm)?;
+    let new_rv = stat(4, r.new_rv, rv)?;
+    Ok(vec![Val::Tensor(r.out), out_or_empty(cx, 1, r.save_mean)?, out_or_empty(cx, 2, r.save_invstd)?, new_rm, new_rv])
 }
 
 /// Layer norm over the trailing `normalized` dims; returns (out, mean, rstd).

@@ -299,11 +299,15 @@ pub(super) fn avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
     if !(cx.dtype(x).is_float() || cx.dtype(x).is_int()) {
         return err(format!("avg_pool needs a numeric input, got {}", cx.dtype(x).name()));
     }
-    let pool = pool_geometry(cx, x, nsp, ceil, false)?;
-    let s = reduce_window(cx, x, "sum", &pool)?;
-    let geo = avg_geometry(cx, x, nsp, ceil)?;
+    // 16-bit floats sum and divide in f32 and round once, as the CPU kernel does.
+    let xd = cx.dtype(x);
+    let xc = cx.convert(x, dtypes::compute_dtype(xd))?;
+    let pool = pool_geometry(cx, xc, nsp, ceil, false)?;
+    let s = reduce_window(cx, xc, "sum", &pool)?;
+    let geo = avg_geometry(cx, xc, nsp, ceil)?;
     let div = avg_divisor(cx, s, &geo, include_pad, divisor)?;
-    one(cx.bin(O::Div, s, div)?)
+    let y = cx.bin(O::Div, s, div)?;
+    one(cx.convert(y, xd)?)
 }
 
 /// Averaging matrix [o, n] of adaptive pooling: row i averages [floor(i*n/o), ceil((i+1)*n/o)).
@@ -345,6 +349,9 @@ fn adaptive_args(cx: &mut Ctx) -> R<(ValueId, Vec<i64>, Vec<Dim>, usize)> {
 pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, os, dims, lead) = adaptive_args(cx)?;
     let nsp = os.len();
+    // 16-bit floats average in f32 and round once, as the CPU kernel does.
+    let out_dt = cx.dtype(x);
+    let x = cx.convert(x, dtypes::compute_dtype(out_dt))?;
     let xd = cx.dtype(x);
     let mut divisible = true;
     let mut ns = Vec::new();
@@ -366,7 +373,8 @@ pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
         let s = reduce_window(cx, x, "sum", &pool)?;
         let k: i64 = ns.iter().zip(&os).fold(1i64, |a, (n, o)| a.saturating_mul(n / o));
         let div = cx.full_like(Scalar::Int(k), s)?;
-        return one(cx.bin(O::Div, s, div)?);
+        let y = cx.bin(O::Div, s, div)?;
+        return one(cx.convert(y, out_dt)?);
     }
     let mut y = x;
     for i in (0..nsp).rev() {
@@ -375,7 +383,7 @@ pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
         let mc = cx.const_f(&[os[i], ns[i]], &m, xd)?;
         y = apply_along(cx, y, lead + i, mc)?;
     }
-    one(y)
+    one(cx.convert(y, out_dt)?)
 }
 
 pub(super) fn adaptive_max_pool(cx: &mut Ctx) -> R<Vec<Val>> {

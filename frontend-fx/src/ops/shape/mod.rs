@@ -53,6 +53,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("to.dtype_layout", to_copy),
     ("to.device", to_copy),
     ("to.other", to_other),
+    ("torch.ops.prims.convert_element_type.default", convert_element_type),
     ("type_as.default", to_other),
     ("permute.default", permute),
     ("permute_copy.default", permute),

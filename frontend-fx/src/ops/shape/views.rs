@@ -114,6 +114,14 @@ pub(super) fn to_copy(cx: &mut Ctx) -> R<Vec<Val>> {
     }
 }
 
+/// `prims.convert_element_type(a, dtype)`, which some of torch's decompositions leave in
+/// the graph (renorm's, for 16-bit floats).
+pub(super) fn convert_element_type(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("a")?;
+    let d = cx.opt_dtype("dtype")?.ok_or("convert_element_type without a dtype")?;
+    one(cx.convert(x, d)?)
+}
+
 pub(super) fn to_other(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let o = cx.t("other")?;
