@@ -88,8 +88,10 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from .decompositions import extra_decompositions
+    from .decompositions import extra_decompositions, inline_custom_ops
 
+    if not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)):
+        inline_custom_ops(gm)
     gid = next(_graph_ids)
     state = _Backend(opts, f"g{gid}")
     # The CPU flash-attention op's core decomposition returns the attention weights where the

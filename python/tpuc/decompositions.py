@@ -111,3 +111,55 @@ def extra_decompositions() -> dict:
         aten._native_multi_head_attention.default: native_multi_head_attention,
     })
     return table
+
+
+def inline_custom_ops(gm: torch.fx.GraphModule) -> int:
+    """Calls of custom ops whose implementation is Python code over ATen ops, replaced in
+    Dynamo's graph by that code, which aot_autograd then traces (functionalized). Only for
+    graphs that compute no gradients: the implementations write with `out=` ops autograd
+    cannot differentiate, and the ops' own backward formulas need the op itself, so a training
+    graph keeps the op (run eagerly between compiled parts, or refused under `strict`).
+    Returns how many calls were replaced."""
+    table = _inlined()
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in table:
+            node.target = table[node.target]
+            n += 1
+    if n:
+        gm.recompile()
+    return n
+
+
+@functools.cache
+def _inlined() -> dict:
+    return _linear_cross_entropy()
+
+
+def _linear_cross_entropy() -> dict:
+    """`F.linear_cross_entropy`'s chunked custom ops as their own implementation: a Python loop
+    over batch chunks of ATen ops (projection, log-softmax, the loss and, for the scalar
+    reductions, the gradients it precomputes in its forward). Empty where this torch has no
+    such op."""
+    try:
+        from torch.nn.modules import linear_cross_entropy as lce
+        chunked = torch.ops.torch_nn._linear_cross_entropy_batch_chunked.default
+        no_reduction = torch.ops.torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default
+        accumulate = lce._linear_cross_entropy_batch_chunked_accumulator
+    except (ImportError, AttributeError):
+        return {}
+
+    def scalar(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
+               batch_chunk_size, acc_policy, acc_dtype, allow_retain_graph, compute_input_grad,
+               compute_linear_weight_grad, compute_linear_bias_grad):
+        return accumulate(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
+                          label_smoothing, batch_chunk_size, acc_policy, acc_dtype, compute_input_grad,
+                          compute_linear_weight_grad, compute_linear_bias_grad)
+
+    def per_sample(input, linear_weight, target, linear_bias, weight, ignore_index, batch_chunk_size,
+                   acc_policy, acc_dtype):
+        return accumulate(input, linear_weight, target, linear_bias, weight, "none", ignore_index, 0.0,
+                          batch_chunk_size, acc_policy, acc_dtype, compute_input_grad=False,
+                          compute_linear_weight_grad=False, compute_linear_bias_grad=False)[0]
+
+    return {chunked: scalar, no_reduction: per_sample}

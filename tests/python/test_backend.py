@@ -853,6 +853,33 @@ def test_max_reductions_and_pooling_propagate_nan_as_eager():
             assert torch.equal(g, w)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_incomplete_gamma_and_frexp_match_eager(dtype):
+    """igamma / igammac (unrolled series, continued fraction and asymptotic expansion, with
+    ATen's values at 0, negative, infinite and NaN operands) and frexp (exponent from log2,
+    corrected by one; zeros keep their sign, inf and NaN give (x, 0)) equal eager's."""
+    a = torch.tensor([1e-3, 0.5, 1.0, 3.0, 9.0, 30.0, 250.0, 0.0, -1.0, float("inf"), float("nan")])
+    x = torch.tensor([0.0, 1e-3, 0.7, 1.05, 2.0, 8.0, 25.0, 100.0, 260.0, -1.0, float("inf")])
+    a, x = (t.reshape(-1).to(dtype) for t in torch.meshgrid(a, x, indexing="ij"))
+    v = torch.tensor([0.0, -0.0, 1.0, 0.5, 0.75, -3.0, 8.0, 0.1, 1e-3, 1e30, -2.0**-126, 2.0**127,
+                      float("inf"), -float("inf"), float("nan")]).to(dtype)
+
+    def f(a, x, v):
+        return torch.igamma(a, x), torch.igammac(a, x), *torch.frexp(v)
+
+    got = torch.compile(f, backend="tpuc", options={"strict": True})(a, x, v)
+    want = f(a, x, v)
+    # float32: eager's own error reaches 1e-4 relative at small a and x.
+    tol = {"rtol": 1e-4, "atol": 1e-6} if dtype == torch.float32 else {}
+    for g, w in zip(got[:2], want[:2]):
+        torch.testing.assert_close(g, w, equal_nan=True, **tol)
+    mantissa, exponent = got[2:]
+    torch.testing.assert_close(mantissa, want[2], rtol=0, atol=0, equal_nan=True)
+    real = ~v.isnan()  # (a NaN's sign bit is not specified)
+    assert torch.equal(mantissa.signbit()[real], want[2].signbit()[real])
+    assert exponent.dtype == torch.int32 and torch.equal(exponent, want[3])
+
+
 def test_linear_algebra_matches_eager_and_raises_where_eager_raises():
     """LU-based solves, inverses and determinants, Cholesky and triangular solves; a singular or
     non positive-definite input raises torch's LinAlgError from the compiled call too (the

@@ -80,7 +80,7 @@ pub(crate) fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -
     Ok(cx.b.build1(O::Gather, &[x, coords], attrs, None)?)
 }
 
-fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: &str) -> R<ValueId> {
+pub(crate) fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: &str) -> R<ValueId> {
     let r = cx.rank(x) as i64;
     let all: Vec<i64> = (0..r).collect();
     let attrs = Attrs::new()

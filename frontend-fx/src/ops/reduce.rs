@@ -10,6 +10,7 @@ use Opcode as O;
 use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
+    ("segment_reduce.default", segment_reduce),
     ("sum.default", sum),
     ("sum.dim_IntList", sum),
     ("mean.default", mean),
@@ -437,6 +438,114 @@ fn norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
     one(norm_v(cx, x, ord, &dims, k)?)
+}
+
+/// `segment_reduce(data, reduce, lengths= | offsets=, axis, initial)`: `data` cut along `axis`
+/// into consecutive segments (given by their lengths, or by offsets `[.., S + 1]`), each reduced
+/// to one element (`sum`, `mean`, `prod`, `max`, `min`). The segments come in at run time, so
+/// every segment is a mask over the whole axis ([.., S, N, ..] elements, reduced over N). As
+/// the CPU kernel: `initial` joins every segment's reduction (and is the value of an empty
+/// one), a mean divides the sum with `initial` by the length; an empty segment without
+/// `initial` is the reduction's identity (-inf for max, NaN for mean). 16-bit floats reduce in
+/// f32 and round once.
+fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
+    let data = cx.t("data")?;
+    let how = cx.str_or("reduce", "")?;
+    let kind = match how.as_str() {
+        "sum" | "mean" => ReduceKind::Sum,
+        "prod" => ReduceKind::Prod,
+        "max" => ReduceKind::Max,
+        "min" => ReduceKind::Min,
+        other => return err(format!("segment_reduce: unknown reduction {other:?}")),
+    };
+    let out_dt = cx.dtype(data);
+    if !out_dt.is_float() {
+        return err(format!("segment_reduce of {}: torch reduces floating tensors only", out_dt.name()));
+    }
+    let r = cx.rank(data);
+    let axis = norm_dim(cx.int_or("axis", 0)?, r)?;
+    let cd = dtypes::compute_dtype(out_dt);
+    let x = cx.convert(data, cd)?;
+    let (starts, ends) = if let Some(l) = cx.opt_t("lengths")? {
+        let l = cx.convert(l, DType::I64)?;
+        let last = cx.rank(l).max(1) - 1;
+        let ends = scan(cx, l, last, "sum")?;
+        (cx.bin(O::Sub, ends, l)?, ends)
+    } else if let Some(o) = cx.opt_t("offsets")? {
+        let o = cx.convert(o, DType::I64)?;
+        if cx.rank(o) == 0 {
+            return err("segment_reduce: offsets must have at least one dim");
+        }
+        let last = cx.rank(o) - 1;
+        let n = static_of(&cx.dims(o)[last], "segment_reduce offsets")?;
+        if n < 1 {
+            return err("segment_reduce: offsets must have at least one element");
+        }
+        let starts = crate::ops::shape::slice_static(cx, o, last, 0, n - 1, 1)?;
+        let ends = crate::ops::shape::slice_static(cx, o, last, 1, n, 1)?;
+        (starts, ends)
+    } else {
+        return err("segment_reduce needs `lengths` or `offsets` (`indices` is not supported, as in torch's CPU kernel)");
+    };
+    let sd = cx.dims(starts);
+    if sd.len() != axis + 1 {
+        return err(format!("segment_reduce: segments {} must have the {axis} leading dims of the data and one more", cx.ty(starts)));
+    }
+    // [.., S, N, ..]: each segment against every position along the axis.
+    let dd = cx.dims(x);
+    let mut shape: Vec<Dim> = dd[..axis].to_vec();
+    shape.push(sd[axis].clone());
+    shape.extend_from_slice(&dd[axis..]);
+    let lead: Vec<i64> = (0..=axis as i64).collect();
+    let pos = cx.iota(DType::I64, &shape, axis + 1)?;
+    let sb = cx.b.broadcast_in_dim(starts, &lead, shape.clone())?;
+    let eb = cx.b.broadcast_in_dim(ends, &lead, shape.clone())?;
+    let ge = cx.cmp(Direction::Ge, pos, sb)?;
+    let lt = cx.cmp(Direction::Lt, pos, eb)?;
+    let inside = cx.bin(O::And, ge, lt)?;
+    let spread: Vec<i64> = (0..r).map(|d| if d < axis { d as i64 } else { d as i64 + 1 }).collect();
+    let xb = cx.b.broadcast_in_dim(x, &spread, shape)?;
+    let identity = match kind {
+        ReduceKind::Sum => Scalar::Float(0.0),
+        ReduceKind::Prod => Scalar::Float(1.0),
+        ReduceKind::Max => cd.lowest(),
+        _ => cd.highest(),
+    };
+    let id = cx.full_like(identity, xb)?;
+    let masked = cx.select(inside, xb, id)?;
+    let mut y = cx.reduce(masked, kind, &[axis + 1], false)?;
+    let initial = cx.opt_num("initial")?.map(Num::as_f64);
+    let init = match initial {
+        Some(v) => {
+            let iv = cx.full_like(Scalar::Float(v), y)?;
+            let join = match kind {
+                ReduceKind::Sum => O::Add,
+                ReduceKind::Prod => O::Mul,
+                ReduceKind::Max => O::Max,
+                _ => O::Min,
+            };
+            y = cx.bin(join, y, iv)?;
+            Some(iv)
+        }
+        None => None,
+    };
+    if how == "mean" {
+        let len = cx.bin(O::Sub, ends, starts)?;
+        let len = cx.convert(len, cd)?;
+        let yd = cx.dims(y);
+        let lb = cx.b.broadcast_in_dim(len, &lead, yd)?;
+        let mean = cx.bin(O::Div, y, lb)?;
+        y = match init {
+            // An empty segment is `initial` itself.
+            Some(iv) => {
+                let zero = cx.full_like(Scalar::Float(0.0), lb)?;
+                let empty = cx.cmp(Direction::Eq, lb, zero)?;
+                cx.select(empty, iv, mean)?
+            }
+            None => mean,
+        };
+    }
+    one(cx.convert(y, out_dt)?)
 }
 
 pub(super) fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str) -> R<ValueId> {

@@ -6,14 +6,16 @@
 mod activations;
 mod bessel;
 mod binary;
+mod igamma;
 mod special;
 mod unary;
 
 pub use activations::*;
 pub use binary::*;
 use bessel::*;
+use igamma::*;
 use special::*;
-pub use unary::*;
+use unary::*;
 
 use super::*;
 
@@ -129,6 +131,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("lgamma.default", lgamma),
     ("digamma.default", digamma),
     ("polygamma.default", polygamma),
+    ("igamma.default", igamma),
+    ("igammac.default", igammac),
     ("acosh.default", acosh),
     ("asinh.default", asinh),
     ("atanh.default", atanh),
@@ -145,6 +149,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("signbit.default", signbit),
     ("hypot.default", hypot),
     ("ldexp.Tensor", ldexp),
+    ("frexp.Tensor", frexp),
     ("round.decimals", round_decimals),
     ("special_chebyshev_polynomial_t.default", chebyshev_t),
     ("special_shifted_chebyshev_polynomial_t.default", shifted_chebyshev_t),

@@ -1,7 +1,7 @@
 //! Special functions and the remaining float math: the gamma family (`lgamma`, `digamma`,
 //! `polygamma`), `erfc`, `erfinv`, `special_ndtri`, Hurwitz `special_zeta`, the Bessel
 //! `special_i1` / `special_i1e`, the inverse hyperbolic functions, and `nextafter`,
-//! `copysign`, `signbit`, `hypot`, `ldexp` and `round(decimals=)`.
+//! `copysign`, `signbit`, `hypot`, `ldexp`, `frexp` and `round(decimals=)`.
 //!
 //! The special functions become IR ops that the emitter writes as CHLO, which XLA expands with
 //! its own accurate approximations for every float width. Integer and bool inputs compute in
@@ -158,6 +158,81 @@ pub(super) fn ldexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let two = cx.full_like(Scalar::Float(2.0), e)?;
     let p = cx.bin(O::Pow, two, e)?;
     one(cx.bin(O::Mul, x, p)?)
+}
+
+/// frexp(x) = (m, e) with x = m·2^e, 0.5 ≤ |m| < 1 and e int32; zeros, infinities and NaN give
+/// (x, 0) as in ATen (so -0.0 keeps its sign). Without a bit cast the exponent comes from
+/// floor(log2 |x|) + 1, which may be one off next to a power of two and is corrected by
+/// comparing |m| with ½ and 1. x is scaled by 2^-e one bit of |e| at a time, by exact powers
+/// of two of at most 2^±64 (f32) or 2^±512 (f64): every intermediate lies between x and m,
+/// so none leaves the normal range (2^-e itself may: 2^-128 is subnormal in f32). 16-bit floats
+/// compute in f32, where they and their mantissas are exact.
+///
+/// XLA's CPU runtime flushes subnormal operands to zero, so a subnormal x (f32, bf16 and f64;
+/// f16's are normal in f32) comes back as (x, 0), which still multiplies back to x, instead of
+/// eager's mantissa in [0.5, 1) and exponent.
+pub(super) fn frexp(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x0 = cx.t("self")?;
+    let dt = cx.dtype(x0);
+    if !dt.is_float() {
+        return err(format!("frexp needs a floating-point tensor, got {}", dt.name()));
+    }
+    let cd = crate::dtypes::compute_dtype(dt);
+    let (bits, step) = if cd == DType::F64 { (11, 512) } else { (8, 64) };
+    let x = cx.convert(x0, cd)?;
+    let zero = cx.full_like(Scalar::Float(0.0), x)?;
+    let one_v = cx.full_like(Scalar::Float(1.0), x)?;
+    let finite = cx.un(O::IsFinite, x)?;
+    let nonzero = cx.cmp(Direction::Ne, x, zero)?;
+    let regular = cx.bin(O::And, finite, nonzero)?;
+    let ax = cx.un(O::Abs, x)?;
+    let safe = cx.select(regular, ax, one_v)?;
+    let l = cx.un(O::Log, safe)?;
+    // A flushed subnormal compares unequal to 0 but its log is -inf: it stays x, exponent 0.
+    let l_finite = cx.un(O::IsFinite, l)?;
+    let regular = cx.bin(O::And, regular, l_finite)?;
+    let l = cx.select(regular, l, zero)?;
+    let l = cx.bin_c(O::Mul, l, std::f64::consts::LOG2_E)?;
+    let l = cx.un(O::Floor, l)?;
+    let e = cx.bin_c(O::Add, l, 1.0)?;
+    let e = cx.convert(e, DType::I32)?;
+    // m = x·2^-e, bit by bit of |e|: down for e > 0, up for e < 0.
+    let izero = cx.full_like(Scalar::Int(0), e)?;
+    let up = cx.cmp(Direction::Lt, e, izero)?;
+    let ne = cx.un(O::Neg, e)?;
+    let mag = cx.select(up, ne, e)?;
+    let mut m = x;
+    for b in 0..bits {
+        let w: i64 = 1 << b;
+        let mask = cx.full_like(Scalar::Int(w), mag)?;
+        let bit = cx.bin(O::And, mag, mask)?;
+        let set = cx.cmp(Direction::Ne, bit, izero)?;
+        let k = w.min(step);
+        let f_up = cx.full_like(Scalar::Float((k as f64).exp2()), x)?;
+        let f_down = cx.full_like(Scalar::Float((-k as f64).exp2()), x)?;
+        let f = cx.select(up, f_up, f_down)?;
+        let mut scaled = m;
+        for _ in 0..w / k {
+            scaled = cx.bin(O::Mul, scaled, f)?;
+        }
+        m = cx.select(set, scaled, m)?;
+    }
+    let ione = cx.full_like(Scalar::Int(1), e)?;
+    let am = cx.un(O::Abs, m)?;
+    let hi = cx.cmp(Direction::Ge, am, one_v)?;
+    let halved = cx.bin_c(O::Mul, m, 0.5)?;
+    let m = cx.select(hi, halved, m)?;
+    let inc = cx.bin(O::Add, e, ione)?;
+    let e = cx.select(hi, inc, e)?;
+    let half = cx.full_like(Scalar::Float(0.5), x)?;
+    let lo = cx.cmp(Direction::Lt, am, half)?;
+    let doubled = cx.bin_c(O::Mul, m, 2.0)?;
+    let m = cx.select(lo, doubled, m)?;
+    let dec = cx.bin(O::Sub, e, ione)?;
+    let e = cx.select(lo, dec, e)?;
+    let m = cx.select(regular, m, x)?;
+    let e = cx.select(regular, e, izero)?;
+    Ok(vec![Val::Tensor(cx.convert(m, dt)?), Val::Tensor(e)])
 }
 
 /// round(x, decimals): as ATen, round-half-even of x·10^d divided by 10^d (d > 0), or of

@@ -124,5 +124,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("pixel_unshuffle.default", pixel_unshuffle),
     ("as_strided.default", as_strided),
     ("as_strided_copy.default", as_strided),
+    ("as_strided_scatter.default", as_strided_scatter),
     ("unfold.default", unfold),
 ];

@@ -52,18 +52,14 @@ pub(super) fn pixel_unshuffle(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.reshape(v, out)?)
 }
 
-/// `as_strided` of a tensor whose storage is its contiguous row-major layout: a gather of the
-/// flat elements at the strided positions.
-pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
-    let x = cx.t("self")?;
-    let size = cx.ints("size")?;
-    let stride = cx.ints("stride")?;
-    let offset = cx.int_or("storage_offset", 0)?;
+/// The flat positions an `as_strided(size, stride, storage_offset)` view of the node's
+/// `self` reads, in the view's row-major order, with the input's element count. torch's
+/// strides refer to the input's storage: only defined here when the input is contiguous (its
+/// recorded strides are row-major) and starts its storage.
+fn strided_positions(cx: &Ctx, x: ValueId, size: &[i64], stride: &[i64], offset: i64) -> R<(i64, Vec<i64>)> {
     if size.len() != stride.len() {
         return err("as_strided: size and stride differ in length");
     }
-    // torch's strides refer to the input's storage: only defined here when the input is
-    // contiguous (its recorded strides are row-major).
     if let Some(Arg::Tensor(name)) = cx.get("self")? {
         if let Some(meta) = cx.st.metas.get(&name) {
             let sizes: Vec<i64> = meta.sizes.iter().filter_map(|s| s.as_int()).collect();
@@ -80,7 +76,7 @@ pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     let t = cx.ty(x);
     let n = t.num_elements().ok_or("as_strided of a symbolic tensor")?;
     let mut total: i64 = 1;
-    for &s in &size {
+    for &s in size {
         if !(0..=MAX_SIZE).contains(&s) {
             return err(format!("as_strided size {s} out of range"));
         }
@@ -90,11 +86,11 @@ pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     let mut pos = vec![0i64; size.len()];
     for _ in 0..total {
         let mut flat = offset;
-        for (p, s) in pos.iter().zip(&stride) {
+        for (p, s) in pos.iter().zip(stride) {
             flat = flat.checked_add(p.checked_mul(*s).ok_or("stride overflow")?).ok_or("stride overflow")?;
         }
         if flat < 0 || flat >= n {
-            return err(format!("as_strided reads element {flat} of a tensor with {n}"));
+            return err(format!("as_strided reaches element {flat} of a tensor with {n}"));
         }
         idx.push(flat);
         for d in (0..size.len()).rev() {
@@ -105,10 +101,44 @@ pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
             pos[d] = 0;
         }
     }
+    Ok((n, idx))
+}
+
+/// `as_strided` of a tensor whose storage is its contiguous row-major layout: a gather of the
+/// flat elements at the strided positions.
+pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let size = cx.ints("size")?;
+    let stride = cx.ints("stride")?;
+    let offset = cx.int_or("storage_offset", 0)?;
+    let (n, idx) = strided_positions(cx, x, &size, &stride, offset)?;
     let flat = cx.reshape(x, vec![Dim::Static(n)])?;
-    let iv = cx.const_i64(&[total], &idx)?;
+    let iv = cx.const_i64(&[idx.len() as i64], &idx)?;
     let g = take_along(cx, flat, 0, iv)?;
     one(cx.reshape(g, size.iter().map(|&s| Dim::Static(s)).collect())?)
+}
+
+/// `as_strided_scatter(self, src, size, stride, storage_offset)`: `self` with the elements an
+/// `as_strided` view reads replaced by `src` (a scatter into the flat elements; where the view
+/// overlaps itself the last write wins, which torch leaves unspecified).
+pub(super) fn as_strided_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let src = cx.t("src")?;
+    let size = cx.ints("size")?;
+    let stride = cx.ints("stride")?;
+    let offset = cx.int_or("storage_offset", 0)?;
+    let (n, idx) = strided_positions(cx, x, &size, &stride, offset)?;
+    let total = idx.len() as i64;
+    if cx.ty(src).num_elements() != Some(total) {
+        return err(format!("as_strided_scatter: src {} does not fill a view of size {size:?}", cx.ty(src)));
+    }
+    let dims = cx.dims(x);
+    let flat = cx.reshape(x, vec![Dim::Static(n)])?;
+    let updates = cx.reshape(src, vec![Dim::Static(total)])?;
+    let updates = cx.convert(updates, cx.dtype(x))?;
+    let coords = cx.const_i64(&[total, 1], &idx)?;
+    let s = crate::ops::index::elementwise_scatter(cx, flat, coords, updates, "replace")?;
+    one(cx.reshape(s, dims)?)
 }
 
 /// `unfold(dimension, size, step)`: windows along a dim become a new last dim. A rank-0
