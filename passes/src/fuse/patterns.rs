@@ -7,7 +7,7 @@ use super::Match;
 use crate::eval::eval_f64s;
 use crate::util::{binary, def_is, def_op, splat_f64, unary};
 use std::collections::HashMap;
-use tpuc_ir::{Attr, AttrEnum, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
+use tpuc_ir::{Attr, AttrEnum, DType, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
 
 /// What a matcher sees: the module (with its use lists) and the causal-mask proofs so far.
 pub struct Ctx<'m> {
@@ -50,6 +50,17 @@ pub const ALL: &[Pattern] = &[
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+/// Whether `v` is a splat of `want` as its dtype stores it: within 1e-6 (f32 and wider) or one
+/// rounding step of a narrower float (a bf16 graph holds GELU's 0.044715 as 0.044677734375).
+fn splat_near(m: &Module, v: ValueId, want: f64) -> bool {
+    splat_f64(m, v).is_some_and(|c| near_in(c, want, m.values[v].ty.dtype))
+}
+
+/// `c` (a constant of dtype `dt`) is `want` as `dt` stores it.
+fn near_in(c: f64, want: f64, dt: DType) -> bool {
+    close(c, want) || (c - want).abs() <= dt.eps().unwrap_or(0.0) * want.abs()
 }
 
 fn rank(m: &Module, v: ValueId) -> usize {
@@ -417,10 +428,22 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
             p = m.ops[sel].operands[2];
         }
     }
+    // 16-bit scores: torch's decompositions compute their softmax in f32 between two converts,
+    // `convert(softmax(convert(s)))`; the composite's body keeps them (and so its rounding).
+    let mut narrow = None;
+    if let Some(c) = def_is(m, p, Opcode::Convert) {
+        let (x, dt) = (m.ops[c].operands[0], m.values[p].ty.dtype);
+        if matches!(dt, DType::BF16 | DType::F16) && m.values[x].ty.dtype == DType::F32 {
+            (p, narrow) = (x, Some(dt));
+        }
+    }
     let sm = def_is(m, p, Opcode::Softmax)?;
-    let s = m.ops[sm].operands[0];
+    let mut s = m.ops[sm].operands[0];
     if m.ops[sm].attrs.int("dimension")? != rank(m, s) as i64 - 1 {
         return None;
+    }
+    if let Some(dt) = narrow {
+        s = unary(m, s, Opcode::Convert).filter(|&x| m.values[x].ty.dtype == dt)?;
     }
     let (d1, s_scale, mask, bool_mask) = split_scores(m, s)?;
     let r_out = m.values[out].ty.rank();
@@ -671,7 +694,7 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
     let mut half = false;
     let mut rest = Vec::new();
     for f in fs {
-        if !half && splat_f64(m, f).is_some_and(|c| close(c, 0.5)) {
+        if !half && splat_near(m, f, 0.5) {
             half = true;
         } else {
             rest.push(f);
@@ -686,13 +709,13 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
             // √(2/π) · (x + 0.044715 · x³)
             let mut uf = Vec::new();
             factors(m, u, &mut uf, 0);
-            let c = uf.iter().position(|&f| splat_f64(m, f).is_some_and(|c| close(c, (2.0 / std::f64::consts::PI).sqrt())));
+            let c = uf.iter().position(|&f| splat_near(m, f, (2.0 / std::f64::consts::PI).sqrt()));
             let (Some(ci), 2) = (c, uf.len()) else { continue };
             let inner = uf[1 - ci];
             let Some((x2, cube)) = either(m, inner, Opcode::Add, |v| {
                 let mut cf = Vec::new();
                 factors(m, v, &mut cf, 0);
-                let k = cf.iter().position(|&f| splat_f64(m, f).is_some_and(|c| close(c, 0.044715)))?;
+                let k = cf.iter().position(|&f| splat_near(m, f, 0.044715))?;
                 cf.remove(k);
                 Some(cf)
             }) else {
@@ -708,8 +731,8 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
                 return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", GeluApproximation::Tanh.attr())], inputs: vec![x], outputs: vec![out] });
             }
         } else if let Some(w) = unary(m, t, Opcode::Erf) {
-            let scaled = mul_splat(m, w).is_some_and(|(y, c)| y == x && close(c, std::f64::consts::FRAC_1_SQRT_2))
-                || binary(m, w, Opcode::Div).is_some_and(|(y, c)| y == x && splat_f64(m, c).is_some_and(|c| close(c, std::f64::consts::SQRT_2)));
+            let scaled = mul_splat(m, w).is_some_and(|(y, c)| y == x && near_in(c, std::f64::consts::FRAC_1_SQRT_2, m.values[w].ty.dtype))
+                || binary(m, w, Opcode::Div).is_some_and(|(y, c)| y == x && splat_near(m, c, std::f64::consts::SQRT_2));
             if scaled {
                 return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", GeluApproximation::None.attr())], inputs: vec![x], outputs: vec![out] });
             }
