@@ -74,7 +74,7 @@ set -e
 
 # PyTorch's OpInfo suite through torch.compile: fails when an entry recorded as passing in
 # tests/opinfo/expected_<dtype>.json stops passing (docs/opinfo.md is the table).
-for dtype in float32 int64; do
+for dtype in float32 int64 bfloat16 float16; do
   current="opinfo suite ($dtype)"
   step "tests/opinfo/run.py --dtype $dtype --check"
   "$ROOT/.venv/bin/python" "$ROOT/tests/opinfo/run.py" --dtype "$dtype" --check

@@ -2,17 +2,19 @@
 """PyTorch's OpInfo suite through `torch.compile(backend="tpuc")`, compared with eager.
 
 Every OpInfo of `torch.testing._internal.common_methods_invocations.op_db` that supports the
-dtype on CPU (float32, and int64 with `--dtype int64`) runs its first samples as
+dtype on CPU (float32; int64, bfloat16 or float16 with `--dtype`) runs its first samples as
 
     torch.compile(f, backend="tpuc", fullgraph=True, options={"strict": True})(*tensors)
 
 where `f` calls the op on the sample with every tensor of the sample as a graph input (the
 other arguments are constants of the graph). The results are compared with eager PyTorch on
-the same inputs: atol 1e-3 / rtol 1e-5 with NaNs equal, dtypes and shapes exact; random ops by
-shape and dtype only; sort-like ops by their values (index outputs may differ on ties);
+the same inputs: atol 1e-3 / rtol 1e-5 with NaNs equal (16-bit floats: one rounding step of the
+dtype, bfloat16 atol 1e-2 / rtol 1.6e-2, float16 atol 1e-3 / rtol 1e-3), dtypes and shapes exact;
+random ops by shape and dtype only; sort-like ops by their values (index outputs may differ on ties; argsort's through the values
+they pick, unless `stable=True`);
 eigenvectors and singular vector pairs up to their sign. Where a
-float32 result differs, the sample is also run eagerly in float64: elements no further from that
-than eager's float32 result pass (tpuc may be the more accurate one, as near a pole).
+floating result differs, the sample is also run eagerly in float64: elements no further from that
+than eager's own result pass (tpuc may be the more accurate one, as near a pole).
 
 Each entry (`name` or `name.variant`) ends as one of:
   pass      every sample compiled and equals eager
@@ -24,7 +26,7 @@ Each entry (`name` or `name.variant`) ends as one of:
             samples: not counted
 
 Usage:
-  run.py [--dtype float32|int64] [--jobs N] [--samples K] [--only a,b] [--out results.jsonl]
+  run.py [--dtype float32|int64|bfloat16|float16] [--jobs N] [--samples K] [--only a,b] [--out results.jsonl]
          [--update] [--check]
 
   --update  rewrites tests/opinfo/expected_<dtype>.json (entry -> status, why) from this run
@@ -77,7 +79,17 @@ SIGN_FREE = {"linalg.eigh": 1}
 # SVDs: (U, S, Vh) for linalg.svd, (U, S, V) for svd; a singular vector pair is defined up to
 # one sign, aligned with eager's through U before comparing.
 SVD_LIKE = {"linalg.svd": "Vh", "svd": "V"}
+# (atol, rtol) per dtype: for 16-bit floats one rounding step, the difference between eager's
+# rule (compute in float32, round once) and any other order of the same float32 arithmetic.
+TOLERANCE = {"bfloat16": (1e-2, 1.6e-2), "float16": (1e-3, 1e-3)}
+DTYPES = ("float32", "int64", "bfloat16", "float16")
+# Floating dtypes whose results are also checked against float64 where they differ from eager.
+WIDENED = ("float32", "bfloat16", "float16")
 STATUSES = ("pass", "wrong", "refused", "error", "crash", "excluded")
+
+
+def _widened(dtype) -> bool:
+    return str(dtype).removeprefix("torch.") in WIDENED
 
 
 def entry_name(op) -> str:
@@ -115,9 +127,21 @@ def _graph_fn(op, sample):
     return f, tensors
 
 
-def _closer_to_exact(want, got, exact) -> bool:
+def _argsort_values(sample, idx):
+    """argsort's indices as the values they pick. Without `stable=True` the order among equal
+    values is the implementation's (eager's CPU kernel is not stable then), so indices are
+    compared through the values they select; a stable argsort is compared as it is."""
+    import torch
+
+    if sample.kwargs.get("stable", False) or not isinstance(idx, torch.Tensor) or sample.input.dim() == 0:
+        return idx
+    dim = sample.args[0] if sample.args else sample.kwargs.get("dim", -1)
+    return torch.take_along_dim(sample.input, idx, dim)
+
+
+def _closer_to_exact(want, got, exact, atol: float = 1e-3, rtol: float = 1e-5) -> bool:
     """True if `got` is, element by element, within the tolerance of the float64 result or no
-    further from it than eager's own float32 result is."""
+    further from it than eager's own result is."""
     import torch
 
     if exact is None or not isinstance(exact, torch.Tensor) or exact.shape != got.shape:
@@ -125,14 +149,14 @@ def _closer_to_exact(want, got, exact) -> bool:
     e = exact.detach().double()
     g, w = got.detach().double(), want.detach().double()
     err_g, err_w = (g - e).abs(), (w - e).abs()
-    ok = (err_g <= 1e-3 + 1e-5 * e.abs()) | (err_g <= err_w) | (g.isnan() & e.isnan()) | (g == e)
+    ok = (err_g <= atol + rtol * e.abs()) | (err_g <= err_w) | (g.isnan() & e.isnan()) | (g == e)
     return bool(ok.all())
 
 
-def _compare(name: str, want, got, exact=None) -> str | None:
-    """None when `got` matches eager's `want` under the suite's rules, else why not. Where they
-    differ, `exact` (eager in float64, when the sample is float32) may show that tpuc's result
-    is the more accurate one: that passes too."""
+def _compare(name: str, want, got, exact=None, tol: tuple[float, float] = (1e-3, 1e-5)) -> str | None:
+    """None when `got` matches eager's `want` under the suite's rules (`tol`: atol, rtol of
+    floating results), else why not. Where they differ, `exact` (eager in float64, when the
+    sample is floating) may show that tpuc's result is the more accurate one: that passes too."""
     import torch
     from torch.utils import _pytree as pytree
 
@@ -156,7 +180,7 @@ def _compare(name: str, want, got, exact=None) -> str | None:
         if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):
             return f"{where}: {type(g).__name__} != eager's {type(w).__name__}"
         if not isinstance(w, torch.Tensor):
-            if w != g and not (isinstance(w, float) and isinstance(g, float) and abs(w - g) <= 1e-3 + 1e-5 * abs(w)):
+            if w != g and not (isinstance(w, float) and isinstance(g, float) and abs(w - g) <= tol[0] + tol[1] * abs(w)):
                 return f"{where}: {g!r} != eager's {w!r}"
             continue
         if g.dtype != w.dtype:
@@ -171,22 +195,23 @@ def _compare(name: str, want, got, exact=None) -> str | None:
             flip = torch.where((g * w).sum(-2, keepdim=True) < 0, -1.0, 1.0).to(g.dtype)
             g = g * flip
         try:
-            torch.testing.assert_close(g.detach().cpu(), w.detach().cpu(), atol=1e-3, rtol=1e-5, equal_nan=True,
+            atol, rtol = tol if w.dtype.is_floating_point or w.dtype.is_complex else (1e-3, 1e-5)
+            torch.testing.assert_close(g.detach().cpu(), w.detach().cpu(), atol=atol, rtol=rtol, equal_nan=True,
                                        check_stride=False, check_device=False)
         except AssertionError as e:
             ex = pytree.tree_flatten(exact)[0] if exact is not None else []
-            if w.dtype == torch.float32 and k < len(ex) and _closer_to_exact(w, g, ex[k]):
+            if _widened(w.dtype) and k < len(ex) and _closer_to_exact(w, g, ex[k], atol, rtol):
                 continue
             return f"{where}: " + " ".join(str(e).split())[:300]
     return None
 
 
 def _exact(f, tensors):
-    """The sample computed in float64 (float32 tensors widened), or None if the op refuses."""
+    """The sample computed in float64 (floating tensors widened), or None if the op refuses."""
     import torch
 
     try:
-        return f(*[t.double() if t.dtype == torch.float32 else t.clone() for t in tensors])
+        return f(*[t.double() if _widened(t.dtype) else t.clone() for t in tensors])
     except Exception:
         return None
 
@@ -249,9 +274,12 @@ def run_entry(op, dtype_name: str, samples: int) -> dict:
                 ops = sorted({n.get("target") or "?" for n in cause.nodes}) or ["?"]
                 return {"entry": name, "status": "refused", "ops": ops, "sample": si}
             return {"entry": name, "status": "error", "message": _first_line(cause), "sample": si}
-        why = _compare(name, want, got)
-        if why is not None and dtype == torch.float32:
-            why = _compare(name, want, got, _exact(f, tensors))
+        if name == "argsort":
+            want, got = _argsort_values(sample, want), _argsort_values(sample, got)
+        tol = TOLERANCE.get(dtype_name, (1e-3, 1e-5))
+        why = _compare(name, want, got, tol=tol)
+        if why is not None and dtype_name in WIDENED:
+            why = _compare(name, want, got, _exact(f, tensors), tol=tol)
         if why is not None:
             return {"entry": name, "status": "wrong", "message": why, "sample": si}
     return {"entry": name, "status": "pass"}
@@ -418,9 +446,9 @@ def write_expected(dtype: str, results: dict[str, dict]) -> None:
 
 
 def write_doc() -> None:
-    """docs/opinfo.md from the recorded results of both dtypes."""
+    """docs/opinfo.md from the recorded results of every dtype."""
     rec = {}
-    for d in ("float32", "int64"):
+    for d in DTYPES:
         if os.path.exists(expected_path(d)):
             rec[d] = json.load(open(expected_path(d)))
     lines = [
@@ -428,11 +456,11 @@ def write_doc() -> None:
         "",
         "Generated by `tests/opinfo/run.py --update` (do not edit): PyTorch's OpInfo database run through",
         "`torch.compile(f, backend=\"tpuc\", fullgraph=True, options={\"strict\": True})`, first two samples of",
-        "each entry, compared with eager (atol 1e-3, rtol 1e-5; random ops by shape and dtype; sort-like ops",
-        "by values; eigenvectors up to the sign of each vector; a float32 element that differs from eager passes when it is no further from eager's",
-        "float64 result than eager's float32 one). `excluded` entries are not counted: `aot_eager` cannot",
-        "compile them either, or they",
-        "have no samples on CPU. `scripts/test.sh` runs the suite and fails when an entry recorded as",
+        "each entry, compared with eager (atol 1e-3, rtol 1e-5; bfloat16 atol 1e-2, rtol 1.6e-2 and float16",
+        "atol 1e-3, rtol 1e-3, one rounding step; random ops by shape and dtype; sort-like ops by values;",
+        "eigenvectors up to the sign of each vector; a floating element that differs from eager passes when",
+        "it is no further from eager's float64 result than eager's own one). `excluded` entries are not",
+        "counted: `aot_eager` cannot compile them either, or they have no samples on CPU. `scripts/test.sh` runs the suite and fails when an entry recorded as",
         "passing stops passing.",
         "",
         "| dtype | pass | wrong | refused | error | crash | excluded | pass rate |",
@@ -489,7 +517,7 @@ def check(dtype: str, results: dict[str, dict]) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "int64"])
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--only", help="comma-separated entries")
