@@ -9,7 +9,7 @@
 use super::nn::{attention_scores, build_conv, flip_kernel, sdpa_args};
 use super::*;
 use Opcode as O;
-use tpuc_ir::{Direction, ReduceKind};
+use tpuc_ir::{AttrEnum, Direction, ReduceKind, ScatterKind, WindowKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("convolution_backward.default", convolution_backward),
@@ -162,7 +162,7 @@ fn max_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(all))
         .with("index_vector_dim", Attr::Int(gshape.len() as i64))
-        .with("kind", Attr::Str("add".into()));
+        .with("kind", ScatterKind::Add.attr());
     let s = cx.b.build1(O::Scatter, &[z, coords, g], attrs, None)?;
     one(cx.reshape(s, xd)?)
 }
@@ -502,7 +502,7 @@ fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
         .with("index_vector_dim", Attr::Int(nb))
-        .with("kind", Attr::Str("add".into()));
+        .with("kind", ScatterKind::Add.attr());
     one(cx.b.build1(O::Scatter, &[z, coords, g], attrs, None)?)
 }
 
@@ -627,7 +627,7 @@ fn avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let z = cx.scalar(Scalar::Int(0), dt)?;
     let padded = cx.b.pad(gq, z, &lo, &hi, &interior)?;
     let attrs = Attrs::new()
-        .with("kind", Attr::Str("sum".into()))
+        .with("kind", WindowKind::Sum.attr())
         .with("window_dimensions", Attr::Ints(wdims))
         .with("window_strides", Attr::Ints(vec![1; r]))
         .with("base_dilations", Attr::Ints(vec![1; r]))

@@ -63,7 +63,7 @@ fn input(cx: &Ctx, op: &str) -> R<ValueId> {
 fn all_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = input(cx, "all_reduce")?;
     let (kind, average) = reduce_op(cx, x)?;
-    let mut attrs = Attrs::new().with("kind", Attr::Str(kind.name().into())).with("group", group(cx)?);
+    let mut attrs = Attrs::new().with("kind", kind.attr()).with("group", group(cx)?);
     if average {
         attrs = attrs.with("average", Attr::Bool(true));
     }
@@ -81,7 +81,7 @@ fn reduce_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let (kind, average) = reduce_op(cx, x)?;
     let mut attrs = Attrs::new()
         .with("dimension", Attr::Int(0))
-        .with("kind", Attr::Str(kind.name().into()))
+        .with("kind", kind.attr())
         .with("group_size", Attr::Int(group_size(cx)?))
         .with("group", group(cx)?);
     if average {

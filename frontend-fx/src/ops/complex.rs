@@ -203,7 +203,7 @@ pub(crate) fn back(cx: &mut Ctx, y: ValueId, inv: Option<Vec<i64>>) -> R<ValueId
 }
 
 pub(crate) fn fft_op(cx: &mut Ctx, x: ValueId, ty: FftType, length: Vec<i64>) -> R<ValueId> {
-    let attrs = Attrs::new().with("fft_type", Attr::Str(ty.name().into())).with("fft_length", Attr::Ints(length));
+    let attrs = Attrs::new().with("fft_type", ty.attr()).with("fft_length", Attr::Ints(length));
     Ok(cx.b.build1(O::Fft, &[x], attrs, None)?)
 }
 

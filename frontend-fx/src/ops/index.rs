@@ -13,7 +13,7 @@
 use super::shape::unsqueeze_v;
 use super::*;
 use Opcode as O;
-use tpuc_ir::Direction;
+use tpuc_ir::{AttrEnum, Direction, ScatterKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("gather.default", gather),
@@ -80,7 +80,7 @@ pub(crate) fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -
     Ok(cx.b.build1(O::Gather, &[x, coords], attrs, None)?)
 }
 
-pub(crate) fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: &str) -> R<ValueId> {
+pub(crate) fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: ScatterKind) -> R<ValueId> {
     let r = cx.rank(x) as i64;
     let all: Vec<i64> = (0..r).collect();
     let attrs = Attrs::new()
@@ -90,7 +90,7 @@ pub(crate) fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, upd
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(all))
         .with("index_vector_dim", Attr::Int(r))
-        .with("kind", Attr::Str(kind.into()));
+        .with("kind", kind.attr());
     Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
 }
 
@@ -157,7 +157,7 @@ fn fit_src(cx: &mut Ctx, src: ValueId, idx: ValueId) -> R<ValueId> {
 }
 
 /// Scatter along `dim` with torch semantics; `kind` is replace/add/mul/max/min.
-fn scatter_impl(cx: &mut Ctx, updates_from: Operand, kind: &str) -> R<Vec<Val>> {
+fn scatter_impl(cx: &mut Ctx, updates_from: Operand, kind: ScatterKind) -> R<Vec<Val>> {
     let x0 = cx.t("self")?;
     let idx = cx.t("index")?;
     check_index(cx, idx, x0)?;
@@ -183,23 +183,23 @@ fn scatter_impl(cx: &mut Ctx, updates_from: Operand, kind: &str) -> R<Vec<Val>> 
     one(y)
 }
 
-fn reduce_kind(r: &str) -> R<&'static str> {
+fn reduce_kind(r: &str) -> R<ScatterKind> {
     Ok(match r {
-        "add" | "sum" => "add",
-        "multiply" | "prod" => "mul",
-        "amax" => "max",
-        "amin" => "min",
+        "add" | "sum" => ScatterKind::Add,
+        "multiply" | "prod" => ScatterKind::Mul,
+        "amax" => ScatterKind::Max,
+        "amin" => ScatterKind::Min,
         other => return err(format!("scatter reduce `{other}` is not supported")),
     })
 }
 
 fn scatter_value(cx: &mut Ctx) -> R<Vec<Val>> {
     let v = cx.operand("value")?;
-    scatter_impl(cx, v, "replace")
+    scatter_impl(cx, v, ScatterKind::Replace)
 }
 fn scatter_src(cx: &mut Ctx) -> R<Vec<Val>> {
     let s = cx.t("src")?;
-    scatter_impl(cx, Operand::T(s), "replace")
+    scatter_impl(cx, Operand::T(s), ScatterKind::Replace)
 }
 fn scatter_src_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let s = cx.t("src")?;
@@ -213,17 +213,17 @@ fn scatter_value_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn scatter_add(cx: &mut Ctx) -> R<Vec<Val>> {
     let s = cx.t("src")?;
-    scatter_impl(cx, Operand::T(s), "add")
+    scatter_impl(cx, Operand::T(s), ScatterKind::Add)
 }
 
 /// The identity of a scatter reduction, as a scalar of `dt`.
-fn identity_of(kind: &str, dt: DType) -> Scalar {
+fn identity_of(kind: ScatterKind, dt: DType) -> Scalar {
     match kind {
-        "mul" => Scalar::Int(1),
+        ScatterKind::Mul => Scalar::Int(1),
         // Finite for f8e4m3fn, which has no infinity to convert -inf to (it would be NaN).
-        "max" => dt.lowest(),
-        "min" => dt.highest(),
-        _ => Scalar::Int(0),
+        ScatterKind::Max => dt.lowest(),
+        ScatterKind::Min => dt.highest(),
+        ScatterKind::Add | ScatterKind::Replace => Scalar::Int(0),
     }
 }
 
@@ -244,14 +244,14 @@ fn scatter_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let touched = {
         let z = cx.full(Scalar::Bool(false), DType::Bool, &shape)?;
         let t = cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(idx))?;
-        elementwise_scatter(cx, z, coords, t, "replace")?
+        elementwise_scatter(cx, z, coords, t, ScatterKind::Replace)?
     };
     if reduce == "mean" {
         let base = if include_self { x } else { cx.full(Scalar::Int(0), dt, &shape)? };
-        let sum = elementwise_scatter(cx, base, coords, src, "add")?;
+        let sum = elementwise_scatter(cx, base, coords, src, ScatterKind::Add)?;
         let ones = cx.full(Scalar::Int(1), dt, &cx.dims(idx))?;
         let c0 = cx.full(Scalar::Int(if include_self { 1 } else { 0 }), dt, &shape)?;
-        let count = elementwise_scatter(cx, c0, coords, ones, "add")?;
+        let count = elementwise_scatter(cx, c0, coords, ones, ScatterKind::Add)?;
         let one_ = cx.full_like(Scalar::Int(1), count)?;
         let count = cx.bin(O::Max, count, one_)?;
         let mean = if dt.is_float() { cx.bin(O::Div, sum, count)? } else { super::elementwise::floor_div_v(cx, sum, count)? };
@@ -409,7 +409,7 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
                 let p = cx.ty(*m).num_elements_expr();
                 let mflat = cx.reshape(*m, vec![Dim::from_expr(p)])?;
                 let ones = cx.convert(mflat, DType::I64)?;
-                let run = super::reduce::scan(cx, ones, 0, "sum")?;
+                let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
                 let row = cx.bin_c(O::Sub, run, 1.0)?;
                 let lo = cx.full_like(Scalar::Int(0), row)?;
                 let hi = cx.full_like(Scalar::Int((count - 1).max(0)), row)?;
@@ -448,7 +448,7 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(pos))
         .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
-        .with("kind", Attr::Str(if accumulate { "add" } else { "replace" }.into()));
+        .with("kind", if accumulate { ScatterKind::Add } else { ScatterKind::Replace }.attr());
     one(cx.b.build1(O::Scatter, &[x, ai.coords, upd], attrs, None)?)
 }
 
@@ -472,7 +472,7 @@ fn index_add(cx: &mut Ctx) -> R<Vec<Val>> {
     let sshape = cx.dims(src);
     let ib = cx.b.broadcast_in_dim(idx, &[dim as i64], sshape)?;
     let coords = full_coords(cx, ib, dim, cx.rank(x))?;
-    one(elementwise_scatter(cx, x, coords, src, "add")?)
+    one(elementwise_scatter(cx, x, coords, src, ScatterKind::Add)?)
 }
 
 /// `index_reduce`: `self[..., index[i], ...]` combined with `source[..., i, ...]` along `dim` by
@@ -495,10 +495,10 @@ fn index_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let dt = cx.dtype(x);
     let (kind, identity) = match reduce.as_str() {
-        "prod" => ("mul", Scalar::Int(1)),
-        "amax" => ("max", dt.lowest()),
-        "amin" => ("min", dt.highest()),
-        "mean" => ("add", Scalar::Int(0)),
+        "prod" => (ScatterKind::Mul, Scalar::Int(1)),
+        "amax" => (ScatterKind::Max, dt.lowest()),
+        "amin" => (ScatterKind::Min, dt.highest()),
+        "mean" => (ScatterKind::Add, Scalar::Int(0)),
         r => return err(format!("index_reduce: unknown reduce {r:?} (prod, mean, amax, amin)")),
     };
     let src = cx.convert(src, dt)?;
@@ -509,7 +509,7 @@ fn index_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let counts = {
         let zeros = cx.full(Scalar::Int(0), DType::I64, &cx.dims(x))?;
         let ones = cx.full(Scalar::Int(1), DType::I64, &cx.dims(src))?;
-        elementwise_scatter(cx, zeros, coords, ones, "add")?
+        elementwise_scatter(cx, zeros, coords, ones, ScatterKind::Add)?
     };
     let zero = cx.full_like(Scalar::Int(0), counts)?;
     let hit = cx.cmp(Direction::Gt, counts, zero)?;
@@ -704,7 +704,7 @@ fn masked_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let flat_src = cx.reshape(src, vec![Dim::Static(count)])?;
     let mflat = cx.reshape(mb, vec![Dim::from_expr(n)])?;
     let ones = cx.convert(mflat, DType::I64)?;
-    let run = super::reduce::scan(cx, ones, 0, "sum")?;
+    let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
     let at = cx.bin_c(O::Sub, run, 1.0)?;
     let lo = cx.full_like(Scalar::Int(0), at)?;
     let hi = cx.full_like(Scalar::Int(count - 1), at)?;
@@ -740,7 +740,7 @@ fn put(cx: &mut Ctx) -> R<Vec<Val>> {
     let coords = cx.reshape(i, vec![Dim::Static(k), Dim::Static(1)])?;
     let s = cx.reshape(src, vec![Dim::Static(k)])?;
     let s = cx.convert(s, cx.dtype(x))?;
-    let r = elementwise_scatter(cx, flat, coords, s, if accumulate { "add" } else { "replace" })?;
+    let r = elementwise_scatter(cx, flat, coords, s, if accumulate { ScatterKind::Add } else { ScatterKind::Replace })?;
     one(cx.reshape(r, shape)?)
 }
 
@@ -765,7 +765,7 @@ fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
     let nz = cx.truthy(x)?;
     let flat = cx.reshape(nz, vec![Dim::Static(n)])?;
     let ones = cx.convert(flat, DType::I64)?;
-    let run = super::reduce::scan(cx, ones, 0, "sum")?; // [n]
+    let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?; // [n]
     let table = [Dim::Static(size), Dim::Static(n)];
     let run_b = cx.b.broadcast_in_dim(run, &[1], table.to_vec())?;
     let slot = cx.iota(DType::I64, &table, 0)?;

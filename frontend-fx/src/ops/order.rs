@@ -185,7 +185,7 @@ fn mode(cx: &mut Ctx) -> R<Vec<Val>> {
     let starts = super::shape::cat_v(cx, &[yes, differs], dim as i64)?;
     let neg = cx.full(Scalar::Int(-1), DType::I64, &dims)?;
     let start_pos = cx.select(starts, io, neg)?;
-    let run_start = super::reduce::scan(cx, start_pos, dim, "max")?;
+    let run_start = super::reduce::scan(cx, start_pos, dim, tpuc_ir::ScanKind::Max)?;
     let len = cx.bin(O::Sub, io, run_start)?;
     // The first position of the longest run: the largest length, and among those positions the
     // smallest.

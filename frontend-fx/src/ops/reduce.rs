@@ -7,7 +7,7 @@
 
 use super::*;
 use Opcode as O;
-use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind};
+use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind, ScanKind, ScatterKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("segment_reduce.default", segment_reduce),
@@ -469,7 +469,7 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let (starts, ends) = if let Some(l) = cx.opt_t("lengths")? {
         let l = cx.convert(l, DType::I64)?;
         let last = cx.rank(l).max(1) - 1;
-        let ends = scan(cx, l, last, "sum")?;
+        let ends = scan(cx, l, last, ScanKind::Sum)?;
         (cx.bin(O::Sub, ends, l)?, ends)
     } else if let Some(o) = cx.opt_t("offsets")? {
         let o = cx.convert(o, DType::I64)?;
@@ -548,16 +548,16 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.convert(y, out_dt)?)
 }
 
-pub(super) fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: &str) -> R<ValueId> {
+pub(super) fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: ScanKind) -> R<ValueId> {
     Ok(cx.b.build1(
         O::Scan,
         &[x],
-        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", Attr::Str(kind.into())),
+        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", kind.attr()),
         None,
     )?)
 }
 
-fn cum(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+fn cum(cx: &mut Ctx, kind: ScanKind) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let out = sum_dtype(cx, x)?;
     let r = cx.rank(x);
@@ -571,10 +571,10 @@ fn cum(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
     one(cx.convert(s, out)?)
 }
 fn cumsum(cx: &mut Ctx) -> R<Vec<Val>> {
-    cum(cx, "sum")
+    cum(cx, ScanKind::Sum)
 }
 fn cumprod(cx: &mut Ctx) -> R<Vec<Val>> {
-    cum(cx, "prod")
+    cum(cx, ScanKind::Prod)
 }
 
 /// Largest [.., n, n] table the exact logcumsumexp builds (elements).
@@ -634,7 +634,7 @@ fn logcumsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let m = cx.select(fin, m, zero)?;
     let sh = cx.bin(O::Sub, xd, m)?;
     let e = cx.un(O::Exp, sh)?;
-    let c = scan(cx, e, d, "sum")?;
+    let c = scan(cx, e, d, ScanKind::Sum)?;
     let l = cx.un(O::Log, c)?;
     let r = cx.bin(O::Add, l, m)?;
     one(cx.convert(r, dt)?)
@@ -642,7 +642,7 @@ fn logcumsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
 
 /// cummax/cummin: values by scan; indices of the last position holding the running extreme
 /// (ATen keeps the latest index on ties: `x >= running` updates the index).
-fn cum_ext(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
+fn cum_ext(cx: &mut Ctx, kind: ScanKind) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
     let d = norm_dim(cx.int("dim")?, r)?;
@@ -658,17 +658,17 @@ fn cum_ext(cx: &mut Ctx, kind: &str) -> R<Vec<Val>> {
         let hit = cx.cmp(Direction::Eq, x, v)?;
         let neg = cx.full(Scalar::Int(-1), DType::I64, &dims)?;
         let cand = cx.select(hit, io, neg)?;
-        Val::Tensor(scan(cx, cand, d, "max")?)
+        Val::Tensor(scan(cx, cand, d, ScanKind::Max)?)
     } else {
         Val::Absent
     };
     Ok(vec![Val::Tensor(v), idx])
 }
 fn cummax(cx: &mut Ctx) -> R<Vec<Val>> {
-    cum_ext(cx, "max")
+    cum_ext(cx, ScanKind::Max)
 }
 fn cummin(cx: &mut Ctx) -> R<Vec<Val>> {
-    cum_ext(cx, "min")
+    cum_ext(cx, ScanKind::Min)
 }
 
 /// Softmax-like op along `dim`, computed in f32 for half types and converted to `out`.
@@ -882,6 +882,6 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
         .with("index_vector_dim", Attr::Int(1))
-        .with("kind", Attr::Str("add".into()));
+        .with("kind", ScatterKind::Add.attr());
     one(cx.b.build1(O::Scatter, &[init, coords, upd], attrs, None)?)
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use Opcode as O;
-use tpuc_ir::Direction;
+use tpuc_ir::{AttrEnum, Direction, GeluApproximation};
 
 pub fn relu_v(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
     let z = cx.full_like(Scalar::Int(0), x)?;
@@ -21,10 +21,10 @@ pub(super) fn relu(cx: &mut Ctx) -> R<Vec<Val>> {
 pub(super) fn gelu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let approx = cx.str_or("approximate", "none")?;
-    if approx != "none" && approx != "tanh" {
+    let Some(a) = GeluApproximation::parse(&approx) else {
         return err(format!("gelu approximate `{approx}` is not `none` or `tanh`"));
-    }
-    let v = cx.b.build1(O::Gelu, &[x], Attrs::new().with("approximate", Attr::Str(approx)), None)?;
+    };
+    let v = cx.b.build1(O::Gelu, &[x], Attrs::new().with("approximate", a.attr()), None)?;
     one(v)
 }
 

@@ -6,7 +6,7 @@
 
 use super::*;
 use Opcode as O;
-use tpuc_ir::Direction;
+use tpuc_ir::{AttrEnum, Direction, WindowKind};
 
 /// Window geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
@@ -71,7 +71,7 @@ fn pool_geometry(cx: &Ctx, x: ValueId, nsp: usize, ceil: bool, with_dilation: bo
     Ok(Pool { lead, wins })
 }
 
-fn reduce_window(cx: &mut Ctx, x: ValueId, kind: &str, pool: &Pool) -> R<ValueId> {
+fn reduce_window(cx: &mut Ctx, x: ValueId, kind: WindowKind, pool: &Pool) -> R<ValueId> {
     let r = cx.rank(x);
     let mut wd = vec![1i64; r];
     let mut ws = vec![1i64; r];
@@ -86,7 +86,7 @@ fn reduce_window(cx: &mut Ctx, x: ValueId, kind: &str, pool: &Pool) -> R<ValueId
         pad[2 * a + 1] = w.hi;
     }
     let attrs = Attrs::new()
-        .with("kind", Attr::Str(kind.into()))
+        .with("kind", kind.attr())
         .with("window_dimensions", Attr::Ints(wd))
         .with("window_strides", Attr::Ints(ws))
         .with("base_dilations", Attr::Ints(vec![1; r]))
@@ -113,7 +113,7 @@ fn max_pool_impl(cx: &mut Ctx, with_indices: bool) -> R<Vec<Val>> {
     };
     let ceil = cx.bool_or("ceil_mode", false)?;
     let pool = pool_geometry(cx, x, nsp, ceil, true)?;
-    let y = reduce_window(cx, x, "max", &pool)?;
+    let y = reduce_window(cx, x, WindowKind::Max, &pool)?;
     if !with_indices {
         return one(y);
     }
@@ -303,7 +303,7 @@ pub(super) fn avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
     let xd = cx.dtype(x);
     let xc = cx.convert(x, dtypes::compute_dtype(xd))?;
     let pool = pool_geometry(cx, xc, nsp, ceil, false)?;
-    let s = reduce_window(cx, xc, "sum", &pool)?;
+    let s = reduce_window(cx, xc, WindowKind::Sum, &pool)?;
     let geo = avg_geometry(cx, xc, nsp, ceil)?;
     let div = avg_divisor(cx, s, &geo, include_pad, divisor)?;
     let y = cx.bin(O::Div, s, div)?;
@@ -370,7 +370,7 @@ pub(super) fn adaptive_avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
             .map(|(&n, &o)| Win { n, k: n / o, s: n / o, pad: 0, d: 1, out: o, hi: 0 })
             .collect();
         let pool = Pool { lead, wins };
-        let s = reduce_window(cx, x, "sum", &pool)?;
+        let s = reduce_window(cx, x, WindowKind::Sum, &pool)?;
         let k: i64 = ns.iter().zip(&os).fold(1i64, |a, (n, o)| a.saturating_mul(n / o));
         let div = cx.full_like(Scalar::Int(k), s)?;
         let y = cx.bin(O::Div, s, div)?;
@@ -402,7 +402,7 @@ pub(super) fn adaptive_max_pool(cx: &mut Ctx) -> R<Vec<Val>> {
         return adaptive_max_uneven(cx, x, lead, &sizes);
     }
     let pool = Pool { lead, wins };
-    let y = reduce_window(cx, x, "max", &pool)?;
+    let y = reduce_window(cx, x, WindowKind::Max, &pool)?;
     let idx = if cx.used(1) { Val::Tensor(max_pool_indices(cx, x, &pool)?) } else { Val::Absent };
     Ok(vec![Val::Tensor(y), idx])
 }

@@ -137,7 +137,7 @@ pub(super) fn as_strided_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let updates = cx.reshape(src, vec![Dim::Static(total)])?;
     let updates = cx.convert(updates, cx.dtype(x))?;
     let coords = cx.const_i64(&[total, 1], &idx)?;
-    let s = crate::ops::index::elementwise_scatter(cx, flat, coords, updates, "replace")?;
+    let s = crate::ops::index::elementwise_scatter(cx, flat, coords, updates, tpuc_ir::ScatterKind::Replace)?;
     one(cx.reshape(s, dims)?)
 }
 
