@@ -83,8 +83,8 @@ def test_rust_panic_becomes_a_python_exception():
 # ----------------------------------------------------------------- fallback and strict
 
 
-class WithIgammac(nn.Module):
-    """igammac has no tpuc lowering (yet): the graph must be split around it."""
+class WithMatrixExp(nn.Module):
+    """matrix_exp has no tpuc lowering (yet): the graph must be split around it."""
 
     def __init__(self):
         super().__init__()
@@ -93,19 +93,19 @@ class WithIgammac(nn.Module):
 
     def forward(self, x):
         h = torch.tanh(self.fc1(x)) * 0.5
-        h = torch.igammac(torch.full_like(h, 2.0), h.abs())  # UNSUPPORTED_LINE
+        h = torch.linalg.matrix_exp(h.reshape(2, 8, 8)).reshape(4, 32)  # UNSUPPORTED_LINE
         return self.fc2(torch.relu(h))
 
 
 UNSUPPORTED_LINE = next(
-    i + 1 for i, line in enumerate(open(__file__)) if "# UNSUPPORTED_LINE" in line and "torch.igammac" in line)
+    i + 1 for i, line in enumerate(open(__file__)) if "# UNSUPPORTED_LINE" in line and "torch.linalg.matrix_exp" in line)
 
 
 def _unsupported_model():
-    assert "torch.ops.aten.igammac.default" not in _C.supported_targets(), (
-        "igammac is supported now: pick another unsupported op for the fallback tests")
+    assert "torch.ops.aten.linalg_matrix_exp.default" not in _C.supported_targets(), (
+        "matrix_exp is supported now: pick another unsupported op for the fallback tests")
     torch.manual_seed(0)
-    return WithIgammac(), torch.randn(4, 16)
+    return WithMatrixExp(), torch.randn(4, 16)
 
 
 def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
@@ -119,7 +119,7 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
     ours = [w for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
     msg = str(ours[0].message)
-    assert "aten.igammac.default" in msg and f"test_backend.py:{UNSUPPORTED_LINE} in forward" in msg, msg
+    assert "aten.linalg_matrix_exp.default" in msg and f"test_backend.py:{UNSUPPORTED_LINE} in forward" in msg, msg
     with torch.no_grad():
         assert torch.allclose(got, model(x), rtol=1e-5, atol=1e-6)
     s = tpuc.stats()
@@ -161,9 +161,9 @@ def test_strict_raises_naming_op_node_and_line(how, monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucUnsupportedError), repr(info.value)
-    assert err.node == "igammac" and err.target == "aten.igammac.default"
+    assert err.node == "linalg_matrix_exp" and err.target == "aten.linalg_matrix_exp.default"
     assert err.source == f"test_backend.py:{UNSUPPORTED_LINE} in forward"
-    assert f"node `igammac` at test_backend.py:{UNSUPPORTED_LINE} in forward" in str(err)
+    assert f"node `linalg_matrix_exp` at test_backend.py:{UNSUPPORTED_LINE} in forward" in str(err)
 
 
 # ----------------------------------------------------------------- dtypes, strides, shapes
@@ -542,11 +542,11 @@ def test_compiler_errors_name_node_op_and_source_line():
 
 
 def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
-    """An op on the supported list whose lowering still fails (here: faked by listing igammac as
-    supported) is moved to the eager side by the node the error names."""
+    """An op on the supported list whose lowering still fails (here: faked by listing matrix_exp
+    as supported) is moved to the eager side by the node the error names."""
     import tpuc.backend
 
-    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {"torch.ops.aten.igammac.default"})
+    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {"torch.ops.aten.linalg_matrix_exp.default"})
     model, x = _unsupported_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -555,7 +555,7 @@ def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
             want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
-    assert len(ours) == 1 and "aten.igammac.default" in ours[0], ours
+    assert len(ours) == 1 and "aten.linalg_matrix_exp.default" in ours[0], ours
 
 
 class ThreeUnknown(nn.Module):
@@ -569,12 +569,12 @@ class ThreeUnknown(nn.Module):
 
     def forward(self, x):
         h = self.fc1(x).abs()
-        h = torch.igamma(torch.full_like(h, 2.0), h)
-        h = torch.igammac(torch.full_like(h, 3.0), self.fc2(h).abs())
-        return self.fc3(torch.special.airy_ai(h))
+        h = torch.linalg.matrix_exp(h.reshape(2, 8, 8) * 0.1).reshape(4, 32)
+        k = torch.gcd((self.fc2(h) * 100).long(), torch.full((4, 32), 6))
+        return self.fc3(torch.special.airy_ai(h + k))
 
 
-THREE_UNKNOWN = ("igamma", "igammac", "special_airy_ai")
+THREE_UNKNOWN = ("linalg_matrix_exp", "gcd", "special_airy_ai")
 
 
 def _fake_three_supported(monkeypatch):
@@ -583,7 +583,7 @@ def _fake_three_supported(monkeypatch):
 
     fake = {f"torch.ops.aten.{n}.default" for n in THREE_UNKNOWN}
     if fake & tpuc.supported_targets():
-        raise AssertionError("one of igamma, igammac, special_airy_ai is supported now: pick other ops for these tests")
+        raise AssertionError(f"one of {', '.join(THREE_UNKNOWN)} is supported now: pick other ops for these tests")
     monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | fake)
     torch.manual_seed(0)
     return ThreeUnknown(), torch.randn(4, 16)
@@ -629,12 +629,12 @@ def test_strict_error_lists_every_op_the_compiler_rejects(monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucError), repr(info.value)
-    assert (err.kind, err.node) == ("unsupported_op", "igamma")
+    assert (err.kind, err.node) == ("unsupported_op", "linalg_matrix_exp")
     assert [n["node"] for n in err.nodes] == list(THREE_UNKNOWN)
     assert all(n["kind"] == "unsupported_op" and n["source"].startswith("test_backend.py:") for n in err.nodes), err.nodes
     lines = str(err).splitlines()
-    assert len(lines) == 3 and "node `igamma`" in lines[0], lines
-    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.igammac.default` at node `igammac`"), lines
+    assert len(lines) == 3 and "node `linalg_matrix_exp`" in lines[0], lines
+    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.gcd.default` at node `gcd`"), lines
 
 
 # ----------------------------------------------------------------- attention
