@@ -6,7 +6,8 @@
 //! as a Rust enum with [`crate::Attrs::get_enum`] and matches it exhaustively. In the text
 //! form and in [`crate::Attr`] the value stays its word (`direction = "lt"`).
 
-use crate::attr::Attr;
+use crate::attr::{Attr, Scalar};
+use crate::dtype::DType;
 use std::fmt;
 
 /// An attribute value from a closed set of words.
@@ -137,6 +138,19 @@ attr_enum!(
     /// `scan`'s `kind` (cumulative ops).
     ScanKind, "scan kind" { Sum = "sum", Prod = "prod", Max = "max", Min = "min" }
 );
+
+impl ReduceKind {
+    /// The value the reduction ignores: its result over no elements, and the padding or mask
+    /// fill that leaves a result unchanged (0, 1, the dtype's lowest / highest, false, true).
+    pub fn identity(self, dt: DType) -> Scalar {
+        match self {
+            ReduceKind::Sum | ReduceKind::Or => Scalar::Int(0),
+            ReduceKind::Prod | ReduceKind::And => Scalar::Int(1),
+            ReduceKind::Max => dt.lowest(),
+            ReduceKind::Min => dt.highest(),
+        }
+    }
+}
 
 impl From<WindowKind> for ReduceKind {
     fn from(k: WindowKind) -> ReduceKind {

@@ -688,12 +688,7 @@ impl<'a> Sp<'a> {
                 let dims = as_usize(&ints("dimensions"));
                 let kind: ReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no reduction kind"))?;
                 let dt = old.values[d.operands[0]].ty.dtype;
-                let fill = match kind {
-                    ReduceKind::Sum | ReduceKind::Or => Scalar::Int(0),
-                    ReduceKind::Prod | ReduceKind::And => Scalar::Int(1),
-                    ReduceKind::Max => dt.lowest(),
-                    ReduceKind::Min => dt.highest(),
-                };
+                let fill = kind.identity(dt);
                 let f = fill.as_f64();
                 let need: Vec<usize> = dims.iter().copied().filter(|&i| self.clean_of(d.operands[0], i) != Some(f)).collect();
                 let x = self.mask(ins[0], &lays[0], &need, Fill::Scalar(fill))?;
@@ -712,11 +707,7 @@ impl<'a> Sp<'a> {
             ReduceWindow => {
                 let kind: WindowKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
                 let dt = old.values[d.operands[0]].ty.dtype;
-                let fill = match kind {
-                    WindowKind::Sum => Scalar::Int(0),
-                    WindowKind::Max => dt.lowest(),
-                    WindowKind::Min => dt.highest(),
-                };
+                let fill = ReduceKind::from(kind).identity(dt);
                 let (win, st, bd, wd, pad) = (
                     ints("window_dimensions"),
                     ints("window_strides"),

@@ -116,7 +116,6 @@ def test_as_strided_scatter():
 # ----------------------------------------------------------------- linear_cross_entropy
 
 
-@pytest.mark.skipif(not hasattr(F, "linear_cross_entropy"), reason="this torch has no F.linear_cross_entropy")
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_chunked_linear_cross_entropy(reduction):
     """The chunked custom op compiles as its own Python implementation where no gradient is

@@ -218,13 +218,7 @@ fn scatter_add(cx: &mut Ctx) -> R<Vec<Val>> {
 
 /// The identity of a scatter reduction, as a scalar of `dt`.
 fn identity_of(kind: ScatterKind, dt: DType) -> Scalar {
-    match kind {
-        ScatterKind::Mul => Scalar::Int(1),
-        // Finite for f8e4m3fn, which has no infinity to convert -inf to (it would be NaN).
-        ScatterKind::Max => dt.lowest(),
-        ScatterKind::Min => dt.highest(),
-        ScatterKind::Add | ScatterKind::Replace => Scalar::Int(0),
-    }
+    kind.combiner().map_or(Scalar::Int(0), |k| k.identity(dt))
 }
 
 fn scatter_reduce(cx: &mut Ctx) -> R<Vec<Val>> {

@@ -91,8 +91,7 @@ fn keepdim(cx: &Ctx) -> R<bool> {
 fn acc_dtype(d: DType) -> DType {
     match d {
         DType::Bool | DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 => DType::I64,
-        DType::F16 | DType::BF16 => DType::F32,
-        other => other,
+        other => dtypes::compute_dtype(other),
     }
 }
 
@@ -505,13 +504,7 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let inside = cx.bin(O::And, ge, lt)?;
     let spread: Vec<i64> = (0..r).map(|d| if d < axis { d as i64 } else { d as i64 + 1 }).collect();
     let xb = cx.b.broadcast_in_dim(x, &spread, shape)?;
-    let identity = match kind {
-        ReduceKind::Sum => Scalar::Float(0.0),
-        ReduceKind::Prod => Scalar::Float(1.0),
-        ReduceKind::Max => cd.lowest(),
-        _ => cd.highest(),
-    };
-    let id = cx.full_like(identity, xb)?;
+    let id = cx.full_like(kind.identity(cd), xb)?;
     let masked = cx.select(inside, xb, id)?;
     let mut y = cx.reduce(masked, kind, &[axis + 1], false)?;
     let initial = cx.opt_num("initial")?.map(Num::as_f64);

@@ -172,20 +172,18 @@ fn no_dropout(a: &SdpaArgs) -> R<()> {
 /// `logsumexp` of the scaled, masked scores over the key dim, [..., L]. Half-precision
 /// inputs are computed in f32 and the result is f32, as the CPU kernels accumulate.
 pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
-    let dt = stat_dtype(cx.dtype(a.q));
-    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, dt) };
-    let a = &SdpaArgs {
-        q: up(cx, a.q)?,
-        k: up(cx, a.k)?,
-        v: a.v,
-        mask: a.mask.map(|m| up(cx, m)).transpose()?,
-        causal: a.causal,
-        scale: a.scale,
-        dropout: a.dropout,
-    };
+    let a = &widened(cx, a)?;
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
     crate::ops::reduce::logsumexp_v(cx, s, &[r - 1], false)
+}
+
+/// `a` with q, k, v and a float mask in the computation dtype of q (f32 for 16-bit floats), as
+/// the CPU kernels compute.
+fn widened(cx: &mut Ctx, a: &SdpaArgs) -> R<SdpaArgs> {
+    let dt = stat_dtype(cx.dtype(a.q));
+    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, dt) };
+    Ok(SdpaArgs { q: up(cx, a.q)?, k: up(cx, a.k)?, v: up(cx, a.v)?, mask: a.mask.map(|m| up(cx, m)).transpose()?, ..*a })
 }
 
 pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -193,12 +191,9 @@ pub(super) fn sdpa_flash_cpu(cx: &mut Ctx) -> R<Vec<Val>> {
     no_dropout(&a)?;
     // The CPU flash kernel computes 16-bit inputs in f32 (scores, softmax and the weighted
     // sum) and rounds the output once: so does this.
-    let dt = cx.dtype(a.q);
-    let cd = stat_dtype(dt);
-    let up = |cx: &mut Ctx, v: ValueId| if cx.dtype(v) == DType::Bool { Ok(v) } else { cx.convert(v, cd) };
-    let wide = SdpaArgs { q: up(cx, a.q)?, k: up(cx, a.k)?, v: up(cx, a.v)?, mask: a.mask.map(|m| up(cx, m)).transpose()?, ..a };
+    let wide = widened(cx, &a)?;
     let out = attention(cx, &wide)?;
-    let out = cx.convert(out, dt)?;
+    let out = cx.convert(out, cx.dtype(a.q))?;
     let lse = if cx.used(1) {
         let l = attention_lse(cx, &a)?;
         let l = match cx.out_type(1) {

@@ -10,10 +10,10 @@ use tpuc_ir::ReduceKind;
 
 /// Computation dtype for normalization statistics (f32 for half types).
 pub(super) fn stat_dtype(d: DType) -> DType {
-    match d {
-        DType::F16 | DType::BF16 => DType::F32,
-        d if d.is_float() => d,
-        _ => dtypes::DEFAULT_FLOAT,
+    if d.is_float() {
+        dtypes::compute_dtype(d)
+    } else {
+        dtypes::DEFAULT_FLOAT
     }
 }
 
