@@ -116,6 +116,19 @@ impl Archive {
         Ok(Bytes::from(out))
     }
 
+    /// The user's names of the program's symbols (`{"s27": "seq"}`): the archive entry
+    /// `extra/tpuc_dim_names.json` that `tpuc.save` writes from the `torch.export.Dim` names
+    /// (`torch.export.save` itself keeps only torch's `s27`). Empty when absent.
+    pub fn dim_names(&mut self) -> Result<HashMap<String, String>, ImportError> {
+        const ENTRY: &str = "extra/tpuc_dim_names.json";
+        if !self.has(ENTRY) {
+            return Ok(HashMap::new());
+        }
+        let json = self.read(ENTRY)?;
+        serde_json::from_slice(&json)
+            .map_err(|e| ImportError::Json { file: format!("{}{ENTRY}", self.prefix), message: e.to_string() })
+    }
+
     /// Checks `byteorder` (when present) says little-endian.
     pub fn check_byteorder(&mut self) -> Result<(), ImportError> {
         if !self.has("byteorder") {

@@ -67,12 +67,9 @@ pub fn meta_type(meta: &TensorMeta, rename: &HashMap<String, String>) -> Result<
     Ok(TensorType::new(dtype, dims))
 }
 
-/// Symbol names torch uses that print in the IR (letters, digits, `_`, no `x`).
+/// Symbol names that print in the IR (see [`tpuc_ir::is_symbol_name`]).
 fn printable(s: &str) -> bool {
-    !s.is_empty()
-        && !s.contains('x')
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
+    tpuc_ir::is_symbol_name(s)
 }
 
 fn range_bound(v: Option<&Value>) -> Option<i64> {
@@ -225,7 +222,14 @@ fn flatten_outputs(outputs: &[ArgValue]) -> Result<Vec<OutSlot>, ImportError> {
     Ok(out)
 }
 
-pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloads>) -> Result<Imported, ImportError> {
+/// Imports `prog`. `dim_names` maps torch's symbol names to the user's (`s27` → `seq`, from
+/// `torch.export.Dim("seq")`); a user name is taken where it is a valid symbol name and no other
+/// symbol has it, so IR, errors and bucket plans speak of `seq`.
+pub(crate) fn import_program(
+    prog: &ExportedProgram<'_>,
+    payloads: Option<Payloads>,
+    dim_names: &HashMap<String, String>,
+) -> Result<Imported, ImportError> {
     let g = &prog.graph_module.graph;
     let mut module = Module::new();
 
@@ -233,8 +237,18 @@ pub(crate) fn import_program(prog: &ExportedProgram<'_>, payloads: Option<Payloa
     let mut rename: HashMap<String, String> = HashMap::new();
     let symbols = collect_symbols(prog);
     let mut taken: HashSet<String> = symbols.iter().filter(|s| printable(s)).cloned().collect();
+    for s in &symbols {
+        if let Some(user) = dim_names.get(s) {
+            if user == s || (printable(user) && taken.insert(user.clone())) {
+                rename.insert(s.clone(), user.clone());
+            }
+        }
+    }
     let mut k = 0;
     for s in &symbols {
+        if rename.contains_key(s) {
+            continue;
+        }
         if printable(s) {
             rename.insert(s.clone(), s.clone());
         } else {

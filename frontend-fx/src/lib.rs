@@ -39,7 +39,7 @@ pub use error::{ImportError, NodeRef};
 pub use ops::random::SEED_INPUT;
 
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use tpuc_ir::{Module, SymExpr, TensorData};
 
@@ -139,7 +139,7 @@ fn import_named(data: Bytes, name: &str) -> Result<Imported, ImportError> {
     let head = data.iter().position(|c| !c.is_ascii_whitespace()).and_then(|i| data.get(i));
     match head {
         _ if data.starts_with(b"PK") => import_archive(data),
-        Some(b'{') => import_json(data.clone(), name, None),
+        Some(b'{') => import_json(data.clone(), name, None, &HashMap::new()),
         _ => {
             let shown: String = data.iter().take(8).map(|&c| if c.is_ascii_graphic() { c as char } else { '.' }).collect();
             Err(ImportError::UnknownFormat(shown))
@@ -153,10 +153,16 @@ fn import_archive(data: Bytes) -> Result<Imported, ImportError> {
     let rel = format!("models/{}.json", ar.model);
     let json = ar.read(&rel)?;
     let payloads = ar.payloads()?;
-    import_json(json, &format!("{}{rel}", ar.prefix), Some(payloads))
+    let dim_names = ar.dim_names()?;
+    import_json(json, &format!("{}{rel}", ar.prefix), Some(payloads), &dim_names)
 }
 
-fn import_json(json: Bytes, file: &str, payloads: Option<archive::Payloads>) -> Result<Imported, ImportError> {
+fn import_json(
+    json: Bytes,
+    file: &str,
+    payloads: Option<archive::Payloads>,
+    dim_names: &HashMap<String, String>,
+) -> Result<Imported, ImportError> {
     // Valid UTF-8 (as it should be) is checked once, not string by string; anything else is
     // parsed as bytes, to fail where the parser meets the bad byte.
     let parsed = match std::str::from_utf8(&json) {
@@ -165,7 +171,7 @@ fn import_json(json: Bytes, file: &str, payloads: Option<archive::Payloads>) -> 
     };
     let prog: schema::ExportedProgram =
         parsed.map_err(|e| ImportError::Json { file: file.to_string(), message: e.to_string() })?;
-    let mut imported = import::import_program(&prog, payloads)?;
+    let mut imported = import::import_program(&prog, payloads, dim_names)?;
     drop(prog);
     imported.source = json;
     Ok(imported)

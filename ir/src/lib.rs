@@ -34,6 +34,6 @@ pub use module::{
 pub use opcode::Opcode;
 pub use parse::{parse_module, ParseError};
 pub use print::print_module;
-pub use sym::{Atom, SymExpr, Symbol, SymbolTable};
+pub use sym::{is_symbol_name, Atom, SymExpr, Symbol, SymbolTable};
 pub use types::{Dim, TensorType};
 pub use verify::{verify, VerifyError};

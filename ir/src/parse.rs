@@ -794,7 +794,7 @@ impl<'a> Parser<'a> {
                         Ok(if id == "floordiv" { e.floordiv(c) } else { e.modulo(c) })
                     }
                     _ => {
-                        if id.contains('x') || id.contains('.') {
+                        if id.contains('.') {
                             return Err(self.err_at(start, format!("bad symbol name `{id}`")));
                         }
                         Ok(SymExpr::symbol(id))

@@ -9,6 +9,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// Whether `name` can name a symbol: ASCII letters, digits and `_`, not starting with a digit,
+/// and not one of the expression keywords `floordiv` and `mod`. A name holding an `x` is
+/// parenthesized where it stands alone as a dimension (see [`crate::Dim`]'s printer).
+pub fn is_symbol_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name != "floordiv"
+        && name != "mod"
+}
 use std::sync::Arc;
 
 /// One factor of a term.

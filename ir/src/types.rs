@@ -72,7 +72,9 @@ impl fmt::Display for Dim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Dim::Static(n) => write!(f, "{n}"),
-            Dim::Sym(e) if e.is_atomic() => write!(f, "{e}"),
+            // A symbol whose name holds an `x` is parenthesized: bare, its `x` would read as the
+            // separator of a tensor type's dimensions (`tensor<(max_len)x4xf32>`).
+            Dim::Sym(e) if e.is_atomic() && !e.as_symbol().is_some_and(|s| s.contains('x')) => write!(f, "{e}"),
             Dim::Sym(e) => write!(f, "({e})"),
         }
     }

@@ -81,12 +81,8 @@ impl Verifier<'_> {
 
     fn run(&mut self) {
         for s in self.m.symbols.iter() {
-            let ok = !s.name.is_empty()
-                && !s.name.contains('x')
-                && s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !s.name.starts_with(|c: char| c.is_ascii_digit());
-            if !ok {
-                self.err(String::new(), format!("symbol name `{}` is not printable (letters, digits, `_`, no `x`)", s.name));
+            if !crate::sym::is_symbol_name(&s.name) {
+                self.err(String::new(), format!("symbol name `{}` is not printable (letters, digits and `_`, not starting with a digit, not `mod` or `floordiv`)", s.name));
             }
             if s.max.is_some_and(|mx| mx < s.min) {
                 self.err(String::new(), format!("symbol `{}` has an empty range [{}, {:?}]", s.name, s.min, s.max));

@@ -530,7 +530,8 @@ enum E {
     Mod(Box<E>, i64),
 }
 
-const SYMS: [&str; 3] = ["s0", "s1", "s2"];
+// Names with an `x` (the type syntax's dim separator) print parenthesized where they stand alone.
+const SYMS: [&str; 3] = ["s0", "max_len", "x"];
 
 fn expr() -> impl Strategy<Value = E> {
     let leaf = prop_oneof![(0..SYMS.len()).prop_map(E::Sym), (-4i64..5).prop_map(E::Const)];

@@ -648,3 +648,16 @@ fn fp8_codes_round_trip_and_keep_infinities() {
     let t = TensorData::splat(TensorType::scalar(DType::F8E5M2), Scalar::Float(f64::NEG_INFINITY)).unwrap();
     assert_eq!(t.element(0), Scalar::Float(f64::NEG_INFINITY));
 }
+
+#[test]
+fn symbol_names_with_an_x_round_trip() {
+    // `x` separates a tensor type's dims, so a symbol whose name holds one stands in parentheses.
+    let text = "module {\n  symbol @max_len : [1, 64]\n  symbol @x : [0, 8]\n  func @main(%0: tensor<(max_len)x(x)x4xf32> {kind = \"input\", name = \"arg0\"}) -> (tensor<(max_len)x(x)x4xf32>) {\n    %1 = neg %0 : tensor<(max_len)x(x)x4xf32>\n    return %1\n  }\n}\n";
+    let m = parse_module(text).unwrap();
+    verify(&m).unwrap();
+    assert_eq!(print_module(&m), text);
+    assert!(m.symbols.get("max_len").is_some() && m.symbols.get("x").is_some());
+    assert!(parse_module(&text.replace("(max_len)x(x)", "max_lenxx")).is_err());
+    // The expression keywords are not symbol names.
+    assert!(!tpuc_ir::is_symbol_name("mod") && !tpuc_ir::is_symbol_name("floordiv") && tpuc_ir::is_symbol_name("max_len"));
+}

@@ -69,9 +69,9 @@ fn each_broken_rule_is_reported() {
             "op `iota`: type tensor<s0xf32> uses undeclared symbol `s0`",
         ),
         (
-            "symbol name with x",
-            module("    return %0").replace("module {\n", "module {\n  symbol @max_len : [1, 8]\n"),
-            "symbol name `max_len` is not printable (letters, digits, `_`, no `x`)",
+            "symbol named as an expression keyword",
+            module("    return %0").replace("module {\n", "module {\n  symbol @mod : [1, 8]\n"),
+            "symbol name `mod` is not printable (letters, digits and `_`, not starting with a digit, not `mod` or `floordiv`)",
         ),
         (
             "yield in a function body",

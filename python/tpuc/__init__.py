@@ -4,6 +4,7 @@
     model = torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": "dump"})
     with tpuc.precision("highest"): ...                      # one region's matmul precision
     outs = tpuc.run_ranks(compiled, [args_rank0, args_rank1])  # functional collectives, N devices
+    tpuc.save(torch.export.export(model, args, dynamic_shapes=...), "m.pt2")  # for the CLI, Dim names kept
 
 See `tpuc.options` for the options and their `TPUC_*` environment variables.
 """
@@ -24,6 +25,10 @@ def __getattr__(name):
         from .backend import tpuc_backend
 
         return tpuc_backend
+    if name == "save":
+        from .export import save
+
+        return save
     if name == "supported_targets":
         from .backend import supported_targets
 
@@ -47,4 +52,5 @@ __all__ = [
     "warmup",
     "tpuc_backend",
     "supported_targets",
+    "save",
 ]

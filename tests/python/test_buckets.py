@@ -288,6 +288,47 @@ def test_size_outside_the_range_is_a_clear_error(tmp_path):
     assert "size 65 of symbol `s" in p.stderr and "outside its range [1, 64]" in p.stderr, p.stderr
 
 
+def test_dim_names_are_kept_by_tpuc_save(tmp_path):
+    """`tpuc.save` records the `Dim` names torch.export.save drops: the IR, bucket plans and
+    range errors name `seq` and `max_len` (a name with an `x`, parenthesized in types)."""
+    import tpuc
+
+    class MatMul(nn.Module):
+        def forward(self, x, y):
+            return torch.sin(x) @ y
+
+    seq, max_len = Dim("seq", min=2, max=128), Dim("max_len", min=1, max=64)
+    ep = torch.export.export(MatMul(), (torch.randn(3, 8), torch.randn(8, 5)),
+                             dynamic_shapes=({1: seq}, {0: seq, 1: max_len}))
+    plain, named = str(tmp_path / "plain.pt2"), str(tmp_path / "named.pt2")
+    torch.export.save(ep, plain)
+    tpuc.save(ep.run_decompositions(), named)
+    ir = subprocess.run([TPUC, "import", plain], capture_output=True, text=True, check=True).stdout
+    assert "@seq" not in ir, ir
+    ir = subprocess.run([TPUC, "import", named], capture_output=True, text=True, check=True).stdout
+    assert "symbol @seq : [2, 128]" in ir and "symbol @max_len : [1, 64]" in ir, ir
+    assert "tensor<seqx(max_len)xf32>" in ir, ir
+    plan = subprocess.run([TPUC, "plan-buckets", named], capture_output=True, text=True, check=True).stdout
+    assert [line.split()[0] for line in plan.splitlines()[1:3]] == ["seq", "max_len"], plan
+    # The printed IR parses back and compiles.
+    ir_file = tmp_path / "m.tpuc"
+    ir_file.write_text(ir)
+    subprocess.run([TPUC, "opt", str(ir_file)], capture_output=True, text=True, check=True)
+    x, y = str(tmp_path / "x.npy"), str(tmp_path / "y.npy")
+    np.save(x, torch.randn(3, 200).numpy())
+    np.save(y, torch.randn(200, 5).numpy())
+    p = subprocess.run([TPUC, "run", named, "--inputs", x, y, "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    assert "size 200 of symbol `seq`" in p.stderr and "outside its range [2, 128]" in p.stderr, p.stderr
+    xs, ys = torch.randn(3, 20), torch.randn(20, 7)
+    np.save(x, xs.numpy())
+    np.save(y, ys.numpy())
+    expect = str(tmp_path / "e.npy")
+    np.save(expect, ep.module()(xs, ys).numpy())
+    p = subprocess.run([TPUC, "run", named, "--inputs", x, y, "--expect", expect, "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
 def test_every_bucket_compiles_for_a_tpu_topology(tmp_path):
     """The bucketed programs (masks, gathers, size arguments) are programs libtpu accepts."""
     s = Dim("s", min=2, max=300)
