@@ -140,6 +140,14 @@ impl Cache {
         }
     }
 
+    /// How a tier-2 hit is reported: `disk` for the persistent tier, else `shm`.
+    pub fn tier2_source(&self) -> Source {
+        match &self.config.tier2 {
+            Some(t) if t.persistent => Source::Disk,
+            _ => Source::Shm,
+        }
+    }
+
     fn lower_hit(
         &self,
         source: Source,
@@ -173,12 +181,12 @@ impl Cache {
             Read2::Corrupt(c) => {
                 tracing::warn!(target: LOG, key = %key.short(), dir = %shm.dir.display(),
                     "tier-2 entry rejected ({c}); recompiling and replacing it");
-                self.counters.update(|s| s.shm.corrupt += 1);
+                self.counters.update(|s| s.tier2.corrupt += 1);
             }
             Read2::Error(e) => {
                 tracing::warn!(target: LOG, key = %key.short(), dir = %shm.dir.display(),
                     "tier-2 entry unreadable ({e}); treating as a miss");
-                self.counters.update(|s| s.shm.errors += 1);
+                self.counters.update(|s| s.tier2.errors += 1);
             }
         }
         None
@@ -195,24 +203,24 @@ impl Cache {
         let mut _lock = None;
         if let Some(shm) = &self.shm {
             if let Some((b, m)) = self.shm_read(shm, &key) {
-                return Ok(self.lower_hit(Source::Shm, key, b, m));
+                return Ok(self.lower_hit(self.tier2_source(), key, b, m));
             }
             match shm.lock(&key) {
                 Ok(Some(l)) => {
                     _lock = Some(l);
                     // Another process may have published while we waited.
                     if let Read2::Hit(b, m) = shm.read(&key) {
-                        return Ok(self.lower_hit(Source::Shm, key, b, *m));
+                        return Ok(self.lower_hit(self.tier2_source(), key, b, *m));
                     }
                 }
                 Ok(None) => tracing::warn!(target: LOG, key = %key.short(),
                     "waited {:?} for another process compiling this key; compiling here too", shm.lock_timeout),
                 Err(e) => {
-                    self.counters.update(|s| s.shm.errors += 1);
+                    self.counters.update(|s| s.tier2.errors += 1);
                     tracing::warn!(target: LOG, key = %key.short(), "cannot take the tier-2 lock ({e}); compiling without it")
                 }
             }
-            self.counters.update(|s| s.shm.misses += 1);
+            self.counters.update(|s| s.tier2.misses += 1);
         }
 
         let mut replace_remote = false;
@@ -263,7 +271,7 @@ impl Cache {
             candidates.extend(
                 shm.manifests_for_graph(&want.graph)
                     .into_iter()
-                    .map(|m| ("shm".to_string(), m)),
+                    .map(|m| (self.tier2_source().as_str().to_string(), m)),
             );
         }
         let remote_index = match (&self.remote, candidates.is_empty()) {
@@ -328,9 +336,9 @@ impl Cache {
 
     fn publish_shm(&self, shm: &ShmTier, key: &CacheKey, enc: &Encoded, m: &Manifest) {
         match shm.publish(key, enc, m) {
-            Ok(n) => self.counters.update(|s| s.shm.bytes_written += n),
+            Ok(n) => self.counters.update(|s| s.tier2.bytes_written += n),
             Err(e) => {
-                self.counters.update(|s| s.shm.errors += 1);
+                self.counters.update(|s| s.tier2.errors += 1);
                 tracing::warn!(target: LOG, key = %key.short(), dir = %shm.dir.display(),
                     "could not write the tier-2 entry ({e}); continuing without it");
             }
@@ -340,7 +348,7 @@ impl Cache {
     fn enabled_names(&self) -> String {
         let mut v = vec!["memory"];
         if self.shm.is_some() {
-            v.push("shm");
+            v.push(self.tier2_source().as_str());
         }
         if self.remote.is_some() {
             v.push("remote");
@@ -380,7 +388,7 @@ impl Cache {
                 candidates.extend(
                     shm.manifests_for_graph(&want.graph)
                         .into_iter()
-                        .map(|m| ("shm".into(), m)),
+                        .map(|m| (self.tier2_source().as_str().into(), m)),
                 );
             }
         }
@@ -405,7 +413,7 @@ impl Cache {
             .find(|(_, p)| *p == Probe::Hit)
             .map(|(t, _)| match t {
                 Tier::Memory => Source::Memory,
-                Tier::Shm => Source::Shm,
+                Tier::Shm => self.tier2_source(),
                 Tier::Remote => Source::Remote,
             });
         let miss_reason = would_hit.is_none().then(|| {

@@ -21,6 +21,8 @@ pub struct Tier2Config {
     /// Temporary files older than this are removed even if their writer's
     /// pid looks alive (pid reuse).
     pub orphan_age: Duration,
+    /// The persistent tier (hits are reported as `disk`), not a shared-memory one (`shm`).
+    pub persistent: bool,
 }
 
 /// The name of the persistent tier-2 directory under the user's cache directory.
@@ -37,6 +39,7 @@ impl Tier2Config {
         Tier2Config {
             root: cache_home.into().join("tpuc"),
             max_bytes: Some(DISK_TIER_MAX_BYTES),
+            persistent: true,
             ..Tier2Config::new(DISK_TIER_NAME)
         }
     }
@@ -48,6 +51,7 @@ impl Tier2Config {
             max_bytes: Some(4 << 30),
             lock_timeout: Duration::from_secs(30 * 60),
             orphan_age: Duration::from_secs(10 * 60),
+            persistent: false,
         }
     }
 }

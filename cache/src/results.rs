@@ -15,17 +15,21 @@ pub enum Source {
     /// Every tier missed; the closure ran.
     Compiled,
     Memory,
+    /// Tier 2 as a shared-memory directory (`TPUC_CACHE_TIER2`, `/dev/shm/tpuc/NAME`).
     Shm,
+    /// Tier 2 as the persistent directory under the user's cache directory (the default).
+    Disk,
     Remote,
 }
 
 impl Source {
-    /// `"miss"`, `"memory"`, `"shm"` or `"remote"`, as `tpuc compile --json` reports it.
+    /// `"miss"`, `"memory"`, `"shm"`, `"disk"` or `"remote"`, as `tpuc compile --json` reports it.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Compiled => "miss",
             Source::Memory => "memory",
             Source::Shm => "shm",
+            Source::Disk => "disk",
             Source::Remote => "remote",
         }
     }
@@ -58,7 +62,7 @@ impl Tier {
     pub fn name(self) -> &'static str {
         match self {
             Tier::Memory => "memory",
-            Tier::Shm => "shm",
+            Tier::Shm => "host",
             Tier::Remote => "remote",
         }
     }

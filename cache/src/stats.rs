@@ -42,7 +42,9 @@ impl TierStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     pub memory: TierStats,
-    pub shm: TierStats,
+    /// Tier 2, shared memory or the persistent disk directory (`shm` in files of before).
+    #[serde(alias = "shm")]
+    pub tier2: TierStats,
     pub remote: TierStats,
     /// Compiles run because every tier missed.
     pub compiles: u64,
@@ -52,7 +54,7 @@ pub struct Stats {
 impl Stats {
     pub fn add(&mut self, o: &Stats) {
         self.memory.add(&o.memory);
-        self.shm.add(&o.shm);
+        self.tier2.add(&o.tier2);
         self.remote.add(&o.remote);
         self.compiles += o.compiles;
         self.compile_ms += o.compile_ms;
@@ -61,7 +63,7 @@ impl Stats {
     pub fn tier_mut(&mut self, s: Source) -> Option<&mut TierStats> {
         match s {
             Source::Memory => Some(&mut self.memory),
-            Source::Shm => Some(&mut self.shm),
+            Source::Shm | Source::Disk => Some(&mut self.tier2),
             Source::Remote => Some(&mut self.remote),
             Source::Compiled => None,
         }
@@ -69,7 +71,7 @@ impl Stats {
 
     /// Total compile time saved by hits in all tiers, in milliseconds.
     pub fn saved_ms(&self) -> u64 {
-        self.memory.saved_ms + self.shm.saved_ms + self.remote.saved_ms
+        self.memory.saved_ms + self.tier2.saved_ms + self.remote.saved_ms
     }
 }
 

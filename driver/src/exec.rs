@@ -58,7 +58,7 @@ pub struct CompileSummary {
     pub cost: std::collections::BTreeMap<String, f64>,
     /// Compiled memory stats in bytes where the plugin offers them.
     pub memory: Option<MemoryStats>,
-    /// Where the executable came from: "miss" (compiled), "memory", "shm" or "remote".
+    /// Where the executable came from: "miss" (compiled), "memory", "disk", "shm" or "remote".
     pub cache: &'static str,
     /// The cache key (hex), when the cache was used.
     pub cache_key: Option<String>,

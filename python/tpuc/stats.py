@@ -13,7 +13,7 @@ def stats() -> dict[str, int]:
     (the forward, backward or inference graphs aot_autograd made of them), `programs` (programs
     made ready, one per graph and bucket, compiled or read from the cache), `compiles` (XLA
     compiles: cache misses only), `cache_<source>` (where each program came from: `miss`,
-    `memory`, `shm` for the host tier, `remote`),
+    `memory`, `disk` for the persistent tier 2, `shm` for a `/dev/shm` one, `remote`),
     `buckets` (bucketed programs compiled for graphs with symbolic sizes), `specializations`
     (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads` (weights
     made resident: on the CPU plugin read in place from their tensors),
@@ -31,7 +31,8 @@ def reset_stats() -> None:
 
 def cache_stats() -> dict:
     """The executable cache's figures, as `tpuc cache stats` shows them: `process` (this
-    process's hits, misses, corrupt entries, errors, bytes and compile time saved per tier, and
+    process's hits, misses, corrupt entries, errors, bytes and compile time saved per tier
+    (`memory`, `tier2`, `remote`), and
     its compiles), `host` (the totals of every process sharing this tier-2 cache, or None
     without tier 2) and `tiers` (state, location, entries, bytes and budget of each tier)."""
     import json

@@ -510,10 +510,27 @@ def test_second_process_hits_the_host_cache(tmp_path):
     # The same figures from Python: the second process's hit, and the host's totals.
     line = next(l for l in second.stdout.splitlines() if l.startswith("cache_stats "))
     cs = json.loads(line[len("cache_stats "):])
-    assert cs["process"]["shm"]["hits"] == 1 and cs["process"]["compiles"] == 0, cs
-    assert cs["host"]["compiles"] == 1 and cs["host"]["shm"]["hits"] == 1, cs
-    assert cs["host"]["shm"]["saved_ms"] > 0, cs
+    assert cs["process"]["tier2"]["hits"] == 1 and cs["process"]["compiles"] == 0, cs
+    assert cs["host"]["compiles"] == 1 and cs["host"]["tier2"]["hits"] == 1, cs
+    assert cs["host"]["tier2"]["saved_ms"] > 0, cs
     assert [t["enabled"] for t in cs["tiers"]] == [True, True, False], cs
+
+
+def test_second_process_hits_the_persistent_tier_reported_as_disk(tmp_path):
+    """With no settings, tier 2 is the on-disk directory: a second process reads the program
+    from it, and every report calls that a `disk` hit, not `shm`."""
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TPUC_DEBUG": "1"}
+    first = run_python(CACHE_CHILD, env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_python(CACHE_CHILD, env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    sources = lambda r: re.findall(r"compiled \S+ .*; cache=(\S+)", r.stderr)  # noqa: E731
+    assert (sources(first), sources(second)) == (["miss"], ["disk"]), second.stderr[-3000:]
+    assert "'cache_disk': 1" in second.stdout and "cache_shm" not in second.stdout, second.stdout
+    line = next(l for l in second.stdout.splitlines() if l.startswith("cache_stats "))
+    cs = json.loads(line[len("cache_stats "):])
+    assert cs["process"]["tier2"]["hits"] == 1 and cs["host"]["compiles"] == 1, cs
+    assert os.path.isdir(tmp_path / "tpuc" / "executables"), os.listdir(tmp_path)
 
 
 # ----------------------------------------------------------------- errors from the compiler

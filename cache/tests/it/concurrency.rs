@@ -126,7 +126,7 @@ fn eight_processes_compile_once() {
     .stats()
     .host
     .unwrap();
-    assert_eq!((host.compiles, host.shm.hits), (1, 7));
+    assert_eq!((host.compiles, host.tier2.hits), (1, 7));
 }
 
 /// Child mode "hang": takes the key's lock and compiles forever.

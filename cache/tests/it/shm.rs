@@ -62,7 +62,7 @@ fn second_cache_hits_shm_and_stats_persist() {
     let report = b.stats();
     let host = report.host.unwrap();
     assert_eq!(host.compiles, 1);
-    assert_eq!(host.shm.hits, 1);
+    assert_eq!(host.tier2.hits, 1);
     assert_eq!(host.memory.hits, 1);
     assert_eq!(report.tiers[1].entries, Some(1));
     assert!(tmp_files(dir.path()).is_empty());
@@ -102,7 +102,7 @@ fn corrupted_entry_is_replaced(tag: &str, damage: impl FnOnce(&Path), expect: &s
             .any(|l| l.contains("tier-2 entry rejected") && l.contains(expect)),
         "{w:#?}"
     );
-    assert_eq!(c.stats().process.shm.corrupt, 1);
+    assert_eq!(c.stats().process.tier2.corrupt, 1);
     // Repaired: a third cache reads it from shm.
     let out = cache(dir.path()).get_or_compile(&k, never()).unwrap();
     assert_eq!((out.source, &out.bytes[..]), (Source::Shm, &want[..]));
@@ -240,7 +240,7 @@ fn unwritable_tier2_is_a_warning_not_an_error() {
     assert!(warnings(&k.key().short())
         .iter()
         .any(|l| l.contains("could not write the tier-2 entry")));
-    assert_eq!(c.stats().process.shm.errors, 1);
+    assert_eq!(c.stats().process.tier2.errors, 1);
 
     // A tier-2 root that cannot be created at all: the tier is off.
     let blocked = dir.path().join("blocked");

@@ -57,10 +57,12 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
     let tier = |n: Option<u32>| n.and_then(tpuc_cache::Tier::from_number);
     match c {
         CacheCommand::Stats(a) => {
-            let r = open(&a.cache).stats();
+            let cache = open(&a.cache);
+            let r = cache.stats();
+            let tier2 = cache.tier2_source().as_str();
             let show = |label: &str, s: &tpuc_cache::Stats| {
                 println!("{label}: {} compiles ({} ms)", s.compiles, s.compile_ms);
-                for (name, t) in [("memory", &s.memory), ("shm", &s.shm), ("remote", &s.remote)] {
+                for (name, t) in [("memory", &s.memory), (tier2, &s.tier2), ("remote", &s.remote)] {
                     println!(
                         "  {name:<6} hits {:>6}  misses {:>6}  corrupt {:>4}  errors {:>4}  read {:>12} B  written {:>12} B  saved {:>8} ms",
                         t.hits, t.misses, t.corrupt, t.errors, t.bytes_read, t.bytes_written, t.saved_ms
@@ -69,7 +71,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             };
             match &r.host {
                 Some(h) => show("host (all processes using this tier-2 cache)", h),
-                None => println!("no host totals: tier 2 is off (set TPUC_CACHE_TIER2 or --cache-tier2)"),
+                None => println!("no host totals: tier 2 is off (the persistent tier is on unless TPUC_CACHE_DISK=0; or set TPUC_CACHE_TIER2 or --cache-tier2)"),
             }
             for t in &r.tiers {
                 let size = match (t.entries, t.bytes) {
