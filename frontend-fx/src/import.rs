@@ -625,7 +625,7 @@ impl Walk<'_, '_> {
         if let Some(p) = scope {
             // Ops are allocated in order: those from first_op on are this node's.
             for d in self.module.ops.values_mut().skip(first_op) {
-                if matches!(d.opcode, tpuc_ir::Opcode::DotGeneral | tpuc_ir::Opcode::Convolution) {
+                if d.opcode.has_matmul_precision() {
                     d.attrs.set("precision_scope", tpuc_ir::AttrEnum::attr(p));
                 }
             }

@@ -371,8 +371,9 @@ ops! {
     /// rstd = 1/sqrt(var + epsilon), the latter two with the normalized dims kept as size 1
     LayerNorm = "layer_norm", Exactly(1), Exactly(3), [req("normalized_rank", K::Int), req("epsilon", K::Float)], PURE | COMPOSITE, 0;
     /// scaled dot-product attention: q [..., L, E], k [..., S, E], v [..., S, Ev] and an
-    /// optional mask broadcastable to [..., L, S] (bool: keep where true; float: added)
-    Attention = "attention", Between(3, 4), Exactly(1), [req("scale", K::Float), req("is_causal", K::Bool)], PURE | COMPOSITE, 0;
+    /// optional mask broadcastable to [..., L, S] (bool: keep where true; float: added);
+    /// `precision` and `precision_scope` as for `dot_general`, for both of its matmuls
+    Attention = "attention", Between(3, 4), Exactly(1), [req("scale", K::Float), req("is_causal", K::Bool), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE | COMPOSITE, 0;
 
     // ---- composites
     /// A named group of ops (`name`, e.g. `tpuc.attention`) that a backend may implement as one
@@ -392,6 +393,10 @@ ops! {
 impl Opcode {
     pub fn name(self) -> &'static str {
         self.info().name
+    }
+    /// Ops whose matmuls follow the precision policy (`precision`, `precision_scope`).
+    pub fn has_matmul_precision(self) -> bool {
+        matches!(self, Opcode::DotGeneral | Opcode::Convolution | Opcode::Attention)
     }
     pub fn has_trait(self, t: u32) -> bool {
         self.info().traits & t != 0

@@ -375,14 +375,15 @@ impl Emitter<'_> {
     /// softmax(q·kᵀ·scale + bias) · v, written for XLA CPU (see the module header): the scale
     /// multiplies q when q is no larger than the scores, masks are additive `0 / -inf` biases
     /// (PyTorch's own math path does the same), and the softmax division happens after the
-    /// second matmul, on the `[.., L, Ev]` output instead of the `[.., L, S]` weights.
+    /// second matmul, on the `[.., L, Ev]` output instead of the `[.., L, S]` weights. Both
+    /// matmuls carry `precision` (the op's, from the precision policy).
     pub fn attention(
         &mut self,
         (q, k, v): (V, V, V),
         (tq, tk, tv): (&Ty, &Ty, &Ty),
         mask: Option<(V, Ty)>,
-        scale: f64,
-        causal: bool,
+        (scale, causal): (f64, bool),
+        precision: Option<&str>,
     ) -> Result<V, EmitError> {
         self.need_real_float(tq)?;
         let r = tq.rank();
@@ -401,7 +402,7 @@ impl Emitter<'_> {
             let q3 = self.reshape(q, tq, &fq);
             let k3 = self.reshape(k, tk, &fk);
             let v3 = self.reshape(v, tv, &fv);
-            let o3 = self.attention((q3, k3, v3), (&fq, &fk, &fv), None, scale, causal)?;
+            let o3 = self.attention((q3, k3, v3), (&fq, &fk, &fv), None, (scale, causal), precision)?;
             let mut ot = tq.clone();
             ot.dims[r - 1] = tv.dims[r - 1];
             let mut fo = fq.clone();
@@ -417,7 +418,7 @@ impl Emitter<'_> {
         // s·(q·k) are the same product up to rounding (exact for powers of two, 1/√64 = 1/8).
         let scale_q = scale != 1.0 && tq.num_elements() <= st.num_elements();
         let q = if scale_q { self.mul_const(q, scale, tq) } else { q };
-        let mut scores = self.dot_general(q, k, (tq, tk), (&batch, &batch), (&last, &last), None, &st);
+        let mut scores = self.dot_general(q, k, (tq, tk), (&batch, &batch), (&last, &last), precision, &st);
         if scale != 1.0 && !scale_q {
             scores = self.mul_const(scores, scale, &st);
         }
@@ -447,7 +448,7 @@ impl Emitter<'_> {
         let rt = st.without(&[dim]);
         let mut ot = tq.clone();
         ot.dims[r - 1] = tv.dims[r - 1];
-        let ev = self.dot_general(e, v, (&st, tv), (&batch, &batch), (&last, &[nb as i64]), None, &ot);
+        let ev = self.dot_general(e, v, (&st, tv), (&batch, &batch), (&last, &[nb as i64]), precision, &ot);
         let sb = self.broadcast_in_dim(sum, &rt, &keep_dims(&ot, dim), &ot);
         Ok(self.binary("divide", ev, sb, &ot))
     }

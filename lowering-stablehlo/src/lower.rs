@@ -269,8 +269,8 @@ impl Emitter<'_> {
                     (xs[0], xs[1], xs[2]),
                     (&ts[0], &ts[1], &ts[2]),
                     mask,
-                    scale,
-                    a.bool("is_causal").unwrap_or(false),
+                    (scale, a.bool("is_causal").unwrap_or(false)),
+                    precision(a),
                 )?]
             }
             Composite => self.composite(op)?,

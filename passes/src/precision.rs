@@ -1,8 +1,8 @@
 //! `precision`: the matmul / convolution precision policy.
 //!
 //! Needs: a verified module.
-//! Guarantees: every `dot_general` and `convolution` (in every block, composite bodies
-//! included) on floating-point operands carries `precision` = the policy
+//! Guarantees: every `dot_general`, `convolution` and `attention` (in every block, composite
+//! bodies included) on floating-point operands carries `precision` = the policy
 //! ([`crate::PipelineOptions::precision`]: the user's `--precision`, else `default` on TPU and
 //! `highest` on CPU), or its own `precision_scope` where the source scoped one (a region under
 //! `tpuc.precision(...)` in the torch.compile path), which the emitter writes as the StableHLO
@@ -12,7 +12,7 @@
 
 use crate::util::all_blocks;
 use crate::{Pass, PassError, Precision};
-use tpuc_ir::{AttrEnum, Module, Opcode};
+use tpuc_ir::{AttrEnum, Module};
 
 pub struct SetPrecision {
     pub precision: Precision,
@@ -29,7 +29,7 @@ impl Pass for SetPrecision {
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !matches!(d.opcode, Opcode::DotGeneral | Opcode::Convolution) {
+                if !d.opcode.has_matmul_precision() {
                     continue;
                 }
                 let dt = m.values[d.operands[0]].ty.dtype;
