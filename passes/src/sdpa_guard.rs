@@ -15,8 +15,10 @@
 //! scaled q·kᵀ) is finite, as it is for finite inputs.
 //! Guarantees: when evaluating the mask proves that every row along `d` keeps at least one
 //! finite score, no row can be fully masked, the guard is the identity, and `out` is replaced
-//! by `p` (the guard's ops are left for `dce`). Masks that depend on inputs, or that do mask
-//! a whole row, keep the guard. Changed when a guard was removed.
+//! by `p` (the guard's ops are left for `dce`). Unmasked scores (`s` the scaled q·kᵀ itself,
+//! as SDPA without `attn_mask` decomposes) keep every entry, so their guard goes too. Masks that
+//! depend on inputs, or that do mask a whole row, keep the guard. Changed when a guard was
+//! removed.
 
 use crate::eval::eval_f64s;
 use crate::util::{all_blocks, def_is, def_op, splat_f64, unary};
@@ -151,7 +153,29 @@ fn rows_never_fully_masked(m: &Module, s: ValueId, dim: i64, proofs: &mut Proofs
             splat_f64(m, d.operands[2]) == Some(f64::NEG_INFINITY)
                 && every_row_keeps(m, d.operands[0], dim, Test::True, proofs)
         }
-        _ => false,
+        _ => unmasked_scores(m, s),
+    }
+}
+
+/// Whether `s` is q·kᵀ with no mask: a `dot_general`, behind reshapes, converts and products
+/// with finite splats (the scale). Finite like its inputs, so no entry is `-inf`.
+fn unmasked_scores(m: &Module, mut s: ValueId) -> bool {
+    loop {
+        let Some(op) = def_op(m, s) else { return false };
+        let d = &m.ops[op];
+        match d.opcode {
+            Opcode::DotGeneral => return true,
+            Opcode::Reshape | Opcode::Convert => s = d.operands[0],
+            Opcode::Mul => {
+                let finite = |v: ValueId| splat_f64(m, v).is_some_and(f64::is_finite);
+                s = match (finite(d.operands[0]), finite(d.operands[1])) {
+                    (_, true) => d.operands[0],
+                    (true, false) => d.operands[1],
+                    (false, false) => return false,
+                };
+            }
+            _ => return false,
+        }
     }
 }
 
