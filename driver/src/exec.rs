@@ -2,7 +2,6 @@
 //! `tpuc compile`, `tpuc run` and `tpuc plugins` do.
 
 use crate::tensor::{HostTensor, NpyError};
-use crate::DriverError;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use std::collections::BTreeMap;
@@ -117,7 +116,7 @@ pub struct Compiled {
     pub loaded: Option<rt::LoadedExecutable>,
 }
 
-/// Errors of compiling and running (wrapped in [`DriverError::Runtime`]).
+/// Errors of compiling and running (wrapped in [`crate::DriverError::Exec`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     #[error(transparent)]
@@ -853,12 +852,6 @@ fn describe_one(label: &str, path: &Path, origin: &str, target: Option<Target>) 
             };
             (format!("{label}: {} (from {origin}), PJRT API {}, platform {platform}", path.display(), p.api_version()), true)
         }
-    }
-}
-
-impl From<ExecError> for DriverError {
-    fn from(e: ExecError) -> Self {
-        DriverError::Exec(e)
     }
 }
 

@@ -13,6 +13,7 @@
 //! input, unsupported ops and invalid options (the CLI exits 1) and false for compiler bugs such
 //! as IR that fails verification after a pass (exit 2).
 
+pub mod boxes;
 pub mod buckets;
 pub mod dynamic;
 pub mod exec;
@@ -29,6 +30,7 @@ pub use tpuc_frontend_fx::{ImportError, Imported};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
 use tpuc_passes::{PassError, PassManager, PassTiming};
+pub use tpuc_lowering_stablehlo::{MeshSharding, Ranks};
 pub use tpuc_passes::Precision;
 /// The one target type, shared with the passes, the runtime and the CLI.
 pub use tpuc_platform::Target;
@@ -74,13 +76,13 @@ pub struct LowerOptions {
     /// Ask for per-pass timings (they are always measured; callers print them when set).
     pub pass_timing: bool,
     /// An SPMD program: the device mesh and argument shardings, emitted as Shardy.
-    pub sharding: Option<spmd::MeshSharding>,
+    pub sharding: Option<MeshSharding>,
     /// Shardings for the arguments `sharding` does not name, chosen by a policy.
     pub shard_policy: Option<spmd::ShardPolicy>,
     /// An argument the policy was asked to split but could not is an error, not a note.
     pub strict_sharding: bool,
     /// A per-rank program (with collectives): the ranks and process groups.
-    pub ranks: Option<spmd::Ranks>,
+    pub ranks: Option<Ranks>,
 }
 
 impl LowerOptions {
@@ -140,7 +142,7 @@ pub enum DriverError {
     #[error("{path}: {message}")]
     IrText { path: String, message: String },
     #[error(transparent)]
-    Exec(exec::ExecError),
+    Exec(#[from] exec::ExecError),
     /// Options that do not fit the program (e.g. a sharding naming no argument).
     #[error("{0}")]
     Options(String),
@@ -176,9 +178,9 @@ pub struct Lowered {
     /// Whether `stablehlo` was emitted with the options cache keys use.
     stablehlo_is_key: bool,
     /// The mesh and argument shardings the program was emitted with (part of its key).
-    pub sharding: Option<spmd::MeshSharding>,
+    pub sharding: Option<MeshSharding>,
     /// The ranks of a per-rank program (part of its key).
-    pub ranks: Option<spmd::Ranks>,
+    pub ranks: Option<Ranks>,
     /// The source graph's fingerprint (a digest of the program JSON), when it came from one.
     pub graph: Option<tpuc_cache::Digest>,
     /// [`LowerOptions::lowering_summary`] of the options it was lowered with.
@@ -207,7 +209,7 @@ impl Lowered {
 
 /// The emitter options of cache keys: no locations, `module @main`, the program's sharding
 /// and ranks.
-fn key_emit_options(sharding: &Option<spmd::MeshSharding>, ranks: &Option<spmd::Ranks>) -> EmitOptions {
+fn key_emit_options(sharding: &Option<MeshSharding>, ranks: &Option<Ranks>) -> EmitOptions {
     EmitOptions {
         module_name: "main".to_string(),
         debug_locations: false,

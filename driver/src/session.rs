@@ -51,12 +51,12 @@ pub struct SessionOptions {
     /// The default pipeline without `fuse`.
     pub no_fusion: bool,
     /// An SPMD program over a device mesh (CPU: one device per partition, in this process).
-    pub sharding: Option<crate::spmd::MeshSharding>,
+    pub sharding: Option<crate::MeshSharding>,
     /// Shardings chosen by a policy for the arguments `sharding` does not name.
     pub shard_policy: Option<crate::spmd::ShardPolicy>,
     /// A per-rank program (PyTorch's functional collectives): its ranks, one device each, and
     /// the rank groups of the process groups it names. Run with [`Program::run_ranks`].
-    pub ranks: Option<crate::spmd::Ranks>,
+    pub ranks: Option<crate::Ranks>,
 }
 
 impl Default for SessionOptions {
@@ -124,7 +124,7 @@ pub struct Program {
     /// sizes), in order.
     pub tensor_inputs: Vec<usize>,
     /// An SPMD program's mesh and argument shardings (policy choices included).
-    pub sharding: Option<crate::spmd::MeshSharding>,
+    pub sharding: Option<crate::MeshSharding>,
     /// SPMD programs: per argument, a weight's shard on every device.
     resident_shards: Vec<Option<std::sync::Arc<Vec<rt::Buffer>>>>,
     /// Per-rank programs: the number of ranks (every argument is given per rank, per call).
@@ -390,7 +390,7 @@ impl Program {
     }
 
     /// Each device's shard of argument `arg` (dense bytes of its whole value).
-    fn upload_shards(&self, sh: &crate::spmd::MeshSharding, arg: usize, bytes: &[u8]) -> Result<Vec<rt::Buffer>, ExecError> {
+    fn upload_shards(&self, sh: &crate::MeshSharding, arg: usize, bytes: &[u8]) -> Result<Vec<rt::Buffer>, ExecError> {
         let (dims, element_type) = self.check_arg(arg, bytes)?;
         let (loaded, _) = self.runnable()?;
         let spec = &self.args[arg];
@@ -683,7 +683,7 @@ impl Program {
     fn pad_into(&self, arg: usize, bytes: &[u8], dims: &[i64], dst: &mut [u8]) {
         let ty = &self.args[arg].ty;
         let padded = ty.static_dims().unwrap_or_default();
-        crate::dynamic::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, ty.dtype.size_bytes());
+        crate::boxes::copy_box_to(bytes, dims, dst, &padded, &vec![0; dims.len()], dims, ty.dtype.size_bytes());
     }
 
     /// Runs a bucketed per-rank program: `per_rank[r]` holds rank r's value of every argument
@@ -759,7 +759,7 @@ impl Program {
     /// (replicated) results read from the first.
     fn run_sharded(
         &self,
-        sh: &crate::spmd::MeshSharding,
+        sh: &crate::MeshSharding,
         loaded: &rt::LoadedExecutable,
         inputs: &[&[u8]],
         mut times: RunTimes,
@@ -805,7 +805,7 @@ fn cut_result(arr: HostArray, ty: &TensorType, layout: &tpuc_passes::specialize:
     }
     let fdims: Vec<i64> = cut.iter().map(|&(p, _)| p).collect();
     let region: Vec<i64> = cut.iter().map(|&(_, v)| v).collect();
-    CutResult { bytes: HostArray::from(crate::dynamic::gather_box(&arr, &fdims, &region, ty.dtype.size_bytes())), dims }
+    CutResult { bytes: HostArray::from(crate::boxes::gather_box(&arr, &fdims, &region, ty.dtype.size_bytes())), dims }
 }
 
 /// Whether the valid box of a padded row-major array (its factors as (padded, valid) pairs)

@@ -16,7 +16,7 @@ use crate::tensor::HostTensor;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use tpuc_ir::Module;
-pub use tpuc_lowering_stablehlo::{MeshSharding, Ranks};
+use tpuc_lowering_stablehlo::MeshSharding;
 
 /// Parses `x=2,y=2` (axis names and sizes, major to minor).
 pub fn parse_mesh(text: &str) -> Result<Vec<(String, i64)>, String> {
@@ -450,7 +450,7 @@ pub fn assemble(sh: &MeshSharding, index: usize, dims: &[Vec<String>], whole_dim
             return Err(ExecError::BadInput(format!("result {index}: device {p} returned {:?}, expected a block of {size:?}", piece.dims)));
         }
         if seen.insert(start.clone()) {
-            crate::dynamic::copy_box_to(&piece.bytes, &size, &mut out.bytes, whole_dims, &start, &size, e);
+            crate::boxes::copy_box_to(&piece.bytes, &size, &mut out.bytes, whole_dims, &start, &size, e);
         }
     }
     Ok(out)
@@ -484,7 +484,7 @@ fn block_of(sh: &MeshSharding, what: &str, dims: &[Vec<String>], shape: &[i64], 
 fn block(t: &HostTensor, start: &[i64], size: &[i64]) -> HostTensor {
     let e = t.dtype.size_bytes();
     let mut bytes = vec![0u8; size.iter().product::<i64>() as usize * e];
-    crate::dynamic::copy_box(&t.bytes, &t.dims, start, &mut bytes, size, size, e);
+    crate::boxes::copy_box(&t.bytes, &t.dims, start, &mut bytes, size, size, e);
     HostTensor { dtype: t.dtype, dims: size.to_vec(), bytes }
 }
 

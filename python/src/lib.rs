@@ -228,7 +228,7 @@ impl Program {
                         let (_, dims) = tpuc_driver::spmd::parse_shard(&format!("{name}={axes}")).map_err(|e| opt_err(format!("shard: {e}")))?;
                         args.insert(name, dims);
                     }
-                    Some(tpuc_driver::spmd::MeshSharding { axes, args, results: Default::default() })
+                    Some(tpuc_driver::MeshSharding { axes, args, results: Default::default() })
                 }
             };
             let shard_policy = match shard_policy {
@@ -249,7 +249,7 @@ impl Program {
                         let (name, members) = tpuc_driver::spmd::parse_group(&format!("{name}={text}"), count).map_err(|e| opt_err(format!("groups: {e}")))?;
                         named.insert(name, members);
                     }
-                    Some(tpuc_driver::spmd::Ranks { count, groups: named })
+                    Some(tpuc_driver::Ranks { count, groups: named })
                 }
             };
             let options = SessionOptions {

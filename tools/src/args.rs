@@ -113,7 +113,7 @@ impl PipelineArgs {
 
     /// The mesh and argument shardings of --mesh / --shard-plan / --shard, and the policy of
     /// --shard-policy or the plan.
-    fn sharding(&self) -> Result<(Option<tpuc_driver::spmd::MeshSharding>, Option<tpuc_driver::spmd::ShardPolicy>), Failure> {
+    fn sharding(&self) -> Result<(Option<tpuc_driver::MeshSharding>, Option<tpuc_driver::spmd::ShardPolicy>), Failure> {
         let plan = self.plan()?.unwrap_or_default();
         let mesh = match (&self.mesh, &plan.mesh) {
             (Some(m), Some(p)) if &m.0 != p => {
@@ -138,11 +138,11 @@ impl PipelineArgs {
             }
             args.insert(name.clone(), dims.clone());
         }
-        Ok((Some(tpuc_driver::spmd::MeshSharding { axes, args, results: Default::default() }), policy))
+        Ok((Some(tpuc_driver::MeshSharding { axes, args, results: Default::default() }), policy))
     }
 
     /// The ranks and process groups of --ranks / --group.
-    fn ranks(&self) -> Result<Option<tpuc_driver::spmd::Ranks>, Failure> {
+    fn ranks(&self) -> Result<Option<tpuc_driver::Ranks>, Failure> {
         let Some(count) = self.ranks else { return Ok(None) };
         let mut groups = std::collections::BTreeMap::new();
         for g in &self.group {
@@ -151,7 +151,7 @@ impl PipelineArgs {
                 return Err(Failure::User(format!("--group gives `{name}` twice")));
             }
         }
-        Ok(Some(tpuc_driver::spmd::Ranks { count, groups }))
+        Ok(Some(tpuc_driver::Ranks { count, groups }))
     }
 
     /// Lowering options for `target` with these flags.
