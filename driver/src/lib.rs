@@ -83,6 +83,8 @@ pub struct LowerOptions {
     pub strict_sharding: bool,
     /// A per-rank program (with collectives): the ranks and process groups.
     pub ranks: Option<Ranks>,
+    /// Specialize to this bucket first (the `specialize` pass): a padded size per symbol.
+    pub bucket: Option<dynamic::Sizes>,
 }
 
 impl LowerOptions {
@@ -94,6 +96,7 @@ impl LowerOptions {
             bf16: self.bf16,
             allow_excess_precision: self.allow_excess_precision,
             no_fusion: self.no_fusion,
+            bucket: self.bucket.clone(),
         }
     }
 
@@ -125,6 +128,10 @@ impl LowerOptions {
         };
         if self.inline_weights && !names.iter().any(|n| n == "inline-weights") {
             names.insert(0, "inline-weights".to_string());
+        }
+        // A bucket is specialized to before anything else runs on the symbolic program.
+        if self.bucket.is_some() && !names.iter().any(|n| n == "specialize") {
+            names.insert(0, "specialize".to_string());
         }
         names
     }
@@ -361,8 +368,8 @@ pub struct BucketLowered {
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
 }
 
-/// Specializes `module` to `bucket` (padding masked, real sizes as arguments), then runs the
-/// passes and the emitter on the static program.
+/// Specializes `module` to `bucket` (the `specialize` pass: padding masked, real sizes as
+/// arguments) and runs the rest of the passes and the emitter on the static program.
 pub fn lower_bucket(
     module: &Module,
     weights: &BTreeMap<String, TensorData>,
@@ -370,11 +377,8 @@ pub fn lower_bucket(
     options: &LowerOptions,
     emit: Emit,
 ) -> Result<BucketLowered, DriverError> {
-    let start = Instant::now();
-    let spec = tpuc_passes::specialize::specialize(module, bucket)?;
-    let specialize_time = start.elapsed();
     let imported = Imported {
-        module: spec.module,
+        module: module.clone(),
         weights: weights.clone(),
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -383,7 +387,9 @@ pub fn lower_bucket(
         // No graph fingerprint: another bucket is another graph, not another lowering.
         source: Default::default(),
     };
-    let mut lowered = lower(imported, options, emit)?;
-    lowered.timings.passes.insert(0, ("specialize", specialize_time));
-    Ok(BucketLowered { lowered, bucket: bucket.clone(), size_args: spec.size_args, result_layouts: spec.result_layouts })
+    let options = LowerOptions { bucket: Some(bucket.clone()), ..options.clone() };
+    let lowered = lower(imported, &options, emit)?;
+    let size_args = tpuc_passes::specialize::size_args(&lowered.module);
+    let result_layouts = tpuc_passes::specialize::result_layouts(&lowered.module);
+    Ok(BucketLowered { lowered, bucket: bucket.clone(), size_args, result_layouts })
 }

@@ -321,7 +321,11 @@ proptest! {
         let module = build(&steps);
         let weights = BTreeMap::new();
         let mut pipelines: Vec<(Vec<PassId>, PipelineOptions)> =
-            PassId::ALL.iter().filter(|&&p| p != PassId::InlineWeights).map(|&p| (vec![p], PipelineOptions::default())).collect();
+            PassId::ALL
+                .iter()
+                .filter(|&&p| p != PassId::InlineWeights)
+                .map(|&p| (vec![p], PipelineOptions { bucket: Some(BTreeMap::new()), ..Default::default() }))
+                .collect();
         for opts in [PipelineOptions::default(), PipelineOptions { target: Target::Tpu, ..Default::default() }] {
             pipelines.push((default_pipeline(&opts), opts));
         }

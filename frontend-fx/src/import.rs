@@ -533,7 +533,7 @@ pub(crate) fn import_program(
                 };
                 outputs.push(OutputSlot::Result(results.len()));
                 results.push(v);
-                result_infos.push(ResultInfo { kind: rkind, name: rname });
+                result_infos.push(ResultInfo::new(rkind, rname));
             }
             Arg::SymInt(s) => {
                 let e = match s {

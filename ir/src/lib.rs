@@ -17,6 +17,7 @@ pub mod module;
 pub mod opcode;
 pub mod parse;
 pub mod print;
+pub mod layout;
 pub mod sym;
 pub mod types;
 pub mod verify;
@@ -34,6 +35,7 @@ pub use module::{
 pub use opcode::Opcode;
 pub use parse::{parse_module, ParseError};
 pub use print::print_module;
+pub use layout::{DimLayout, Factor, Layout};
 pub use sym::{is_symbol_name, Atom, SymExpr, Symbol, SymbolTable};
 pub use types::{Dim, TensorType};
 pub use verify::{verify, VerifyError};

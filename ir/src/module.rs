@@ -275,6 +275,15 @@ pub struct ArgInfo {
 pub struct ResultInfo {
     pub kind: ResultKind,
     pub name: String,
+    /// Where the valid part of a padded result lies (programs specialized to a bucket);
+    /// `None`: the whole result is valid.
+    pub layout: Option<crate::Layout>,
+}
+
+impl ResultInfo {
+    pub fn new(kind: ResultKind, name: impl Into<String>) -> Self {
+        ResultInfo { kind, name: name.into(), layout: None }
+    }
 }
 
 /// A function: a name, a body region with one entry block, and per-argument/result metadata.

@@ -6,6 +6,7 @@
 
 use crate::attr::{Attr, Attrs, Scalar, TensorData};
 use crate::dtype::DType;
+use crate::layout::{DimLayout, Factor, Layout};
 use crate::module::{ArgInfo, ArgKind, BlockId, Loc, LocId, Module, OpId, RegionId, ResultInfo, ResultKind, ValueId};
 use crate::opcode::Opcode;
 use crate::sym::SymExpr;
@@ -288,7 +289,8 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    fn meta(&mut self) -> PResult<Option<(String, String)>> {
+    /// `{kind = "...", name = "..."}`, and for results an optional `, layout = [...]`.
+    fn meta(&mut self, result: bool) -> PResult<Option<(String, String, Option<Layout>)>> {
         if self.peek() != Some(b'{') {
             return Ok(None);
         }
@@ -300,8 +302,59 @@ impl<'a> Parser<'a> {
         self.keyword("name")?;
         self.expect("=")?;
         let name = self.string()?;
+        let layout = if result && self.eat(",") {
+            self.keyword("layout")?;
+            self.expect("=")?;
+            Some(self.layout()?)
+        } else {
+            None
+        };
         self.expect("}")?;
-        Ok(Some((kind, name)))
+        Ok(Some((kind, name, layout)))
+    }
+
+    /// `[exact, uniform(s), factors((8, s), (2, 2))]` (see [`crate::layout`]).
+    fn layout(&mut self) -> PResult<Layout> {
+        self.expect("[")?;
+        let mut out = Vec::new();
+        if self.eat("]") {
+            return Ok(out);
+        }
+        loop {
+            let pos = self.pos;
+            let word = self.ident()?;
+            out.push(match word {
+                "exact" => DimLayout::Exact,
+                "uniform" => {
+                    self.expect("(")?;
+                    let e = self.sym_expr()?;
+                    self.expect(")")?;
+                    DimLayout::Uniform(e)
+                }
+                "factors" => {
+                    self.expect("(")?;
+                    let mut fs = Vec::new();
+                    loop {
+                        self.expect("(")?;
+                        let padded = self.int()?;
+                        self.expect(",")?;
+                        let extent = self.sym_expr()?;
+                        self.expect(")")?;
+                        fs.push(Factor { padded, extent });
+                        if self.eat(")") {
+                            break;
+                        }
+                        self.expect(",")?;
+                    }
+                    DimLayout::Factors(fs)
+                }
+                other => return Err(self.err_at(pos, format!("expected `exact`, `uniform(...)` or `factors(...)`, found `{other}`"))),
+            });
+            if self.eat("]") {
+                return Ok(out);
+            }
+            self.expect(",")?;
+        }
     }
 
     fn def_value(&mut self, n: u32, v: ValueId, pos: usize) -> PResult<()> {
@@ -325,8 +378,8 @@ impl<'a> Parser<'a> {
                 self.expect(":")?;
                 let ty = self.tensor_type()?;
                 let mpos = self.pos;
-                let info = match self.meta()? {
-                    Some((kind, name)) => ArgInfo {
+                let info = match self.meta(false)? {
+                    Some((kind, name, _)) => ArgInfo {
                         kind: ArgKind::parse(&kind).ok_or_else(|| self.err_at(mpos, format!("unknown argument kind `{kind}`")))?,
                         name,
                     },
@@ -350,15 +403,16 @@ impl<'a> Parser<'a> {
             loop {
                 let _ty = self.tensor_type()?;
                 let mpos = self.pos;
-                let meta = self.meta()?;
+                let meta = self.meta(true)?;
                 any_result_meta |= meta.is_some();
                 let info = match meta {
-                    Some((kind, name)) => ResultInfo {
+                    Some((kind, name, layout)) => ResultInfo {
                         kind: ResultKind::parse(&kind)
                             .ok_or_else(|| self.err_at(mpos, format!("unknown result kind `{kind}`")))?,
                         name,
+                        layout,
                     },
-                    None => ResultInfo { kind: ResultKind::UserOutput, name: format!("result{}", results.len()) },
+                    None => ResultInfo::new(ResultKind::UserOutput, format!("result{}", results.len())),
                 };
                 results.push(info);
                 if self.eat(")") {

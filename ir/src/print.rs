@@ -106,7 +106,11 @@ impl Printer<'_> {
             }
             self.out.push_str(t);
             if let Some(info) = f.results.get(i) {
-                let _ = write!(self.out, " {{kind = \"{}\", name = {}}}", info.kind.name(), quote(&info.name));
+                let _ = write!(self.out, " {{kind = \"{}\", name = {}", info.kind.name(), quote(&info.name));
+                if let Some(l) = &info.layout {
+                    let _ = write!(self.out, ", layout = {}", crate::layout::layout_text(l));
+                }
+                self.out.push('}');
             }
         }
         self.out.push_str(") {\n");

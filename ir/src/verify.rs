@@ -123,7 +123,16 @@ impl Verifier<'_> {
             Some(last) if self.m.ops[last].opcode == Opcode::Return => {
                 let n = self.m.ops[last].operands.len();
                 if !f.results.is_empty() && f.results.len() != n {
-                    self.err(ctx, format!("returns {n} values but has metadata for {}", f.results.len()));
+                    self.err(ctx.clone(), format!("returns {n} values but has metadata for {}", f.results.len()));
+                }
+                let returned = self.m.ops[last].operands.clone();
+                for (i, (info, &v)) in f.results.iter().zip(&returned).enumerate() {
+                    if let Some(l) = &info.layout {
+                        let dims = self.m.values[v].ty.dims.clone();
+                        if let Some(msg) = layout_error(l, &dims) {
+                            self.err(ctx.clone(), format!("result {i}: layout {}: {msg}", crate::layout::layout_text(l)));
+                        }
+                    }
                 }
             }
             _ => self.err(ctx, "body does not end with `return`"),
@@ -274,4 +283,21 @@ impl Verifier<'_> {
             self.defined.set(r, true);
         }
     }
+}
+
+/// Why `layout` cannot describe a value with `dims`: one entry per dim, and a product of
+/// factors only over a static dim of that many positions.
+fn layout_error(layout: &[crate::DimLayout], dims: &[crate::Dim]) -> Option<String> {
+    if layout.len() != dims.len() {
+        return Some(format!("{} entries for a value of rank {}", layout.len(), dims.len()));
+    }
+    for (i, (l, d)) in layout.iter().zip(dims).enumerate() {
+        if let crate::DimLayout::Factors(fs) = l {
+            let product = fs.iter().try_fold(1i64, |acc, f| acc.checked_mul(f.padded));
+            if fs.iter().any(|f| f.padded < 1) || product != d.as_static() {
+                return Some(format!("dim {i}: factors of {} positions for a dim of {d}", product.map_or("too many".to_string(), |p| p.to_string())));
+            }
+        }
+    }
+    None
 }

@@ -42,7 +42,7 @@ fn mlp() -> Module {
     let y = bd.build1(Opcode::LogSoftmax, &[y], Attrs::new().with("dimension", Attr::Int(1)), None).unwrap();
     bd.loc = None;
     bd.ret(&[y]).unwrap();
-    m.funcs[fi].results = vec![ResultInfo { kind: ResultKind::UserOutput, name: "logits".into() }];
+    m.funcs[fi].results = vec![ResultInfo::new(ResultKind::UserOutput, "logits")];
     m
 }
 

@@ -410,9 +410,25 @@ fn gen_module(choices: &[u64]) -> Module {
         let rets: Vec<ValueId> = (0..g.below(4)).map(|_| g.pick(&vals)).collect();
         b.ret(&rets).unwrap();
         if g.coin() {
-            m.funcs[fidx].results = rets
+            let infos = rets
                 .iter()
-                .map(|_| ResultInfo {
+                .map(|&r| ResultInfo {
+                    layout: g.coin().then(|| {
+                        // Any layout of the result's rank: the text form must carry each kind.
+                        m.values[r]
+                            .ty
+                            .dims
+                            .iter()
+                            .map(|d| match (g.below(3), d.as_static()) {
+                                (1, _) => DimLayout::Uniform(SymExpr::constant(1)),
+                                (2, Some(n)) if n % 2 == 0 && n > 0 => DimLayout::Factors(vec![
+                                    Factor { padded: 2, extent: SymExpr::constant(1) },
+                                    Factor { padded: n / 2, extent: SymExpr::constant(1) },
+                                ]),
+                                _ => DimLayout::Exact,
+                            })
+                            .collect()
+                    }),
                     kind: g.pick(&[
                         ResultKind::UserOutput,
                         ResultKind::BufferMutation,
@@ -423,6 +439,7 @@ fn gen_module(choices: &[u64]) -> Module {
                     name: string(g),
                 })
                 .collect();
+            m.funcs[fidx].results = infos;
         }
     }
     m

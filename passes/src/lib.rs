@@ -63,6 +63,8 @@ pub struct PipelineOptions {
     pub allow_excess_precision: bool,
     /// Leave out `fuse` (no composites).
     pub no_fusion: bool,
+    /// The bucket `specialize` pads the symbolic dims to: a size per symbol.
+    pub bucket: Option<BTreeMap<String, i64>>,
 }
 
 impl PipelineOptions {
@@ -96,6 +98,7 @@ macro_rules! registry {
 }
 
 registry! {
+    Specialize = "specialize", "one bucket of a symbolic program: static shapes, padding masked, real sizes as arguments (--bucket)";
     InlineWeights = "inline-weights", "weight arguments of main → constants";
     Canonicalize = "canonicalize", "fold-constants + fold-trivial + collapse-shapes to a fixed point, then dce";
     FoldConstants = "fold-constants", "ops on constants → constants";
@@ -135,6 +138,7 @@ impl PassId {
     /// Creates the pass. `weights` is what `inline-weights` embeds.
     pub fn create<'w>(self, options: &PipelineOptions, weights: &'w BTreeMap<String, TensorData>) -> Box<dyn Pass + 'w> {
         match self {
+            PassId::Specialize => Box::new(specialize::Specialize { sizes: options.bucket.clone() }),
             PassId::InlineWeights => Box::new(InlineWeights { weights }),
             PassId::Canonicalize => Box::new(canonicalize::Canonicalize),
             PassId::FoldConstants => Box::new(fold_constants::FoldConstants),

@@ -31,56 +31,14 @@
 //!
 //! The per-result layouts tell the caller how to cut the valid part out of each padded result.
 
-use crate::PassError;
+use crate::{Pass, PassError};
 use std::collections::{BTreeMap, HashMap};
 use tpuc_ir::{
-    ArgInfo, ArgKind, ArgReduceKind, Attr, Attrs, BlockId, Builder, DType, Dim, Direction, LocId, Module, OpId,
+    ArgInfo, ArgKind, ArgReduceKind, ResultInfo, ResultKind, Attr, Attrs, BlockId, Builder, DType, Dim, Direction, LocId, Module, OpId,
     Opcode, ReduceKind, RegionId, Scalar, SymExpr, TensorType, ValueId, WindowKind,
 };
 
-/// One piece of a padded dim: `padded` positions of which the first `extent` are valid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Factor {
-    pub padded: i64,
-    pub extent: SymExpr,
-}
-
-/// How the valid part of one dim sits in its padded buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DimLayout {
-    /// Not padded: every position is valid.
-    Exact,
-    /// Padded to the bucket, but every position along the dim holds the same contents (the
-    /// first `extent` are the valid ones).
-    Uniform(SymExpr),
-    /// Padded; valid where every factor's index is below its extent.
-    Factors(Vec<Factor>),
-}
-
-impl DimLayout {
-    fn is_exact(&self) -> bool {
-        matches!(self, DimLayout::Exact)
-    }
-
-    /// The factors of a padded dim of `padded` positions (a uniform dim counts as a prefix).
-    pub fn factors(&self, padded: i64) -> Vec<Factor> {
-        match self {
-            DimLayout::Exact => vec![Factor { padded, extent: SymExpr::constant(padded) }],
-            DimLayout::Uniform(e) => vec![Factor { padded, extent: e.clone() }],
-            DimLayout::Factors(f) => f.clone(),
-        }
-    }
-
-    /// A plain prefix: `Exact`, `Uniform` or one factor.
-    fn prefix_extent(&self) -> Option<Option<&SymExpr>> {
-        match self {
-            DimLayout::Exact => Some(None),
-            DimLayout::Uniform(e) => Some(Some(e)),
-            DimLayout::Factors(f) if f.len() == 1 => Some(Some(&f[0].extent)),
-            DimLayout::Factors(_) => None,
-        }
-    }
-}
+pub use tpuc_ir::{DimLayout, Factor, Layout};
 
 /// Normalizes a factor list: size-1 pieces dropped, all-static lists are `Exact`.
 fn from_factors(f: Vec<Factor>) -> DimLayout {
@@ -97,9 +55,6 @@ fn from_factors(f: Vec<Factor>) -> DimLayout {
 fn prefix(padded: i64, extent: SymExpr) -> DimLayout {
     from_factors(vec![Factor { padded, extent }])
 }
-
-/// The layout of every dim of one value.
-pub type Layout = Vec<DimLayout>;
 
 /// How [`specialize`] treats an op whose operands are padded (the classification table).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -160,18 +115,60 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
     }
 }
 
-/// A program specialized to one bucket.
-pub struct Specialized {
-    pub module: Module,
-    /// Per symbol (declaration order), the index of the argument carrying its real size.
-    pub size_args: Vec<(String, usize)>,
-    /// The layout of each result of `main`, to cut out its valid part.
-    pub result_layouts: Vec<Layout>,
+/// The pass: [`specialize`] to the bucket `sizes` (`--bucket NAME=SIZE` on the command line,
+/// [`crate::PipelineOptions::bucket`]), replacing the module. Changed unless the module has no
+/// symbols.
+pub struct Specialize {
+    pub sizes: Option<BTreeMap<String, i64>>,
 }
 
-/// Specializes `module`'s `main` to the bucket `sizes` (a padded size per symbol). See the
-/// module docs.
-pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Specialized, PassError> {
+impl Pass for Specialize {
+    fn name(&self) -> &'static str {
+        "specialize"
+    }
+
+    fn run(&self, m: &mut Module) -> Result<bool, PassError> {
+        let sizes = self.sizes.as_ref().ok_or_else(|| PassError::Failed {
+            pass: "specialize".into(),
+            message: "no bucket to specialize to: give a size for every symbol (--bucket NAME=SIZE)".into(),
+        })?;
+        // A module without symbols is its only bucket.
+        if m.symbols.iter().next().is_none() {
+            return Ok(false);
+        }
+        *m = specialize(m, sizes)?;
+        Ok(true)
+    }
+}
+
+/// Per symbol (declaration order), the `main` argument of a specialized module that carries
+/// its real size: the last arguments, one per symbol.
+pub fn size_args(m: &Module) -> Vec<(String, usize)> {
+    let nargs = m.main_func().map_or(0, |f| f.args.len());
+    let syms: Vec<String> = m.symbols.iter().map(|s| s.name.to_string()).collect();
+    let first = nargs.saturating_sub(syms.len());
+    syms.into_iter().enumerate().map(|(k, s)| (s, first + k)).collect()
+}
+
+/// The layout of each result of a specialized module's `main` (all `Exact` where none is
+/// recorded).
+pub fn result_layouts(m: &Module) -> Vec<Layout> {
+    let Some(f) = m.main_func() else { return Vec::new() };
+    let entry = m.entry_block(f);
+    let Some(ret) = m.terminator(entry) else { return Vec::new() };
+    m.ops[ret]
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            f.results.get(i).and_then(|r| r.layout.clone()).unwrap_or_else(|| vec![DimLayout::Exact; m.values[v].ty.rank()])
+        })
+        .collect()
+}
+
+/// Specializes `module`'s `main` to the bucket `sizes` (a padded size per symbol): the new
+/// module, each result's layout recorded in its `ResultInfo`. See the module docs.
+pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Module, PassError> {
     let fail = |m: String| PassError::Failed { pass: "specialize".into(), message: m };
     let func = module.main_func().ok_or_else(|| fail("the module has no `main`".into()))?;
     for s in module.symbols.iter() {
@@ -231,11 +228,20 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Spec
         sp.size_val.insert(s.clone(), new_args[*i]);
     }
     let results = sp.block_ops(entry, BlockMode::Main)?;
-    let result_layouts = results.iter().map(|&v| sp.lay[&v].clone()).collect();
+    let layouts: Vec<Layout> = results.iter().map(|&v| sp.lay[&v].clone()).collect();
     let mut new = sp.new;
+    // Padded results say where their valid part is (metadata is made for a `main` that had
+    // none only when one needs it).
+    let infos = &mut new.funcs[fi].results;
+    if infos.is_empty() && layouts.iter().any(|l| !l.iter().all(DimLayout::is_exact)) {
+        *infos = (0..layouts.len()).map(|i| ResultInfo::new(ResultKind::UserOutput, format!("result{i}"))).collect();
+    }
+    for (info, layout) in infos.iter_mut().zip(layouts) {
+        info.layout = (!layout.iter().all(DimLayout::is_exact)).then_some(layout);
+    }
     new.compact();
     tpuc_ir::verify(&new).map_err(|errs| PassError::VerifyAfter { pass: "specialize".into(), errors: errs })?;
-    Ok(Specialized { module: new, size_args, result_layouts })
+    Ok(new)
 }
 
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -1746,7 +1752,7 @@ mod tests {
         assert_eq!(kept_reshape_dim(&[2, 8], &[16], 0), None);
     }
 
-    fn bucket(text: &str, s0: i64) -> Result<Specialized, PassError> {
+    fn bucket(text: &str, s0: i64) -> Result<Module, PassError> {
         let m = tpuc_ir::parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         specialize(&m, &BTreeMap::from([("s0".to_string(), s0)]))
     }
@@ -1763,7 +1769,7 @@ mod tests {
         let (kind, rule) = handling(Opcode::LayerNorm);
         assert_eq!(kind, Handling::Conditional);
         let sp = bucket(&ln("s0x16", "s0x1"), 8).unwrap();
-        assert_eq!(sp.size_args, [("s0".to_string(), 1)]);
+        assert_eq!(size_args(&sp), [("s0".to_string(), 1)]);
         let err = bucket(&ln("4xs0", "4x1"), 8).err().expect("layer_norm over a padded dim is rejected");
         let msg = err.to_string();
         assert!(msg.contains("cannot bucket `layer_norm`") && msg.contains("normalizes over dim 1"), "{msg}");
