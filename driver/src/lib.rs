@@ -17,6 +17,7 @@ pub mod boxes;
 pub mod buckets;
 pub mod dynamic;
 pub mod exec;
+pub mod options;
 pub mod session;
 pub mod signature;
 pub mod spmd;

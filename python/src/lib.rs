@@ -671,6 +671,16 @@ impl Program {
 }
 
 /// Every FX target the importer lowers, sorted (`torch.ops.aten.add.Tensor`, `_operator.mul`, ...).
+/// The compile options (`tpuc_driver::options::OPTIONS`): per option (name, environment
+/// variable or None, command-line flag or None, default as documented, whether boolean, help),
+/// and the options table as Markdown.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn option_specs() -> (Vec<(&'static str, Option<&'static str>, Option<&'static str>, &'static str, bool, &'static str)>, String) {
+    let specs = tpuc_driver::options::OPTIONS.iter().map(|o| (o.name, o.env, o.flag, o.default, o.boolean, o.help)).collect();
+    (specs, tpuc_driver::options::markdown_table())
+}
+
 #[pyfunction]
 fn supported_targets(py: Python<'_>) -> PyResult<Vec<String>> {
     guard(py, "supported_targets", || Ok(tpuc_frontend_fx::supported_targets()))
@@ -731,6 +741,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<HostBuffer>()?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(option_specs, m)?)?;
     m.add_function(wrap_pyfunction!(plugins, m)?)?;
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(select_bucket, m)?)?;

@@ -1,26 +1,9 @@
 """Backend options: `torch.compile(..., options={...})`, else `TPUC_*` environment variables,
 else defaults.
 
-| option | env | default | meaning |
-|---|---|---|---|
-| target | TPUC_TARGET | cpu | `cpu` (run here) or `tpu` (compile for `topology`) |
-| topology | TPUC_TOPOLOGY | - | TPU topology, e.g. `v5e:2x2` |
-| plugin | TPUC_PLUGIN | discovered | PJRT plugin file for the target |
-| strict | TPUC_STRICT | 0 | raise instead of running unsupported ops eagerly |
-| dump_dir | TPUC_DUMP_DIR | - | write every graph (FX, JSON, IR per pass, StableHLO, summary) here |
-| debug | TPUC_DEBUG | 0 | log every compile (with its cache source) to stderr |
-| verify_each | TPUC_VERIFY_EACH | 0 | verify the IR after every pass |
-| precision | TPUC_PRECISION | from torch | matmul/convolution precision: `default` (TPU: one bf16 pass), `high` (3 passes), `highest` (6; f32 accuracy); unset: `torch.get_float32_matmul_precision()` (`highest` → highest, `high` → high, `medium` → default), except that on the TPU target torch's untouched `highest` means TPU's `default` (TorchTPU's bf16-pass default), so set `precision="highest"` or `high` to ask for more |
-| bf16 | TPUC_BF16 | 0 | matmuls and convolutions in bf16 with f32 accumulation |
-| allow_excess_precision | TPUC_ALLOW_EXCESS_PRECISION | 0 | drop round trips through narrower float types |
-| fusion | TPUC_FUSION | 1 | composites for attention, norms, GELU, RoPE, SwiGLU (0: plain ops) |
-| no_recompile | TPUC_NO_RECOMPILE | 0 | after `tpuc.warmup(...)`, any compile raises (naming the graph and bucket) |
-| mesh | TPUC_MESH | - | run every graph as an SPMD program over a device mesh, e.g. `x=2,y=2` (CPU: that many devices in this process; TPU: one partition per chip) |
-| shard_policy | TPUC_SHARD_POLICY | - | with `mesh`: `dp`, `fsdp` or `tp` (see the README's SPMD section) |
-| shard | - | - | with `mesh`: `{argument name: "x,_"}` for arguments the policy should not decide (names as in `dump_dir`'s IR) |
-| overlap | TPUC_OVERLAP | 1 | in a torch.distributed job: issue each collective as soon as its input exists and wait for it as late as possible (0: wait at once; for measuring what overlap saves) |
-| buckets | TPUC_BUCKETS | auto | graphs with symbolic sizes: `auto`, `linear:K` or a list `128,256,512` (padded buckets, compiled as sizes arrive), or `off` (one compile per shape) |
-| cache_* | TPUC_CACHE_* | - | executable cache settings, passed to the driver as `TPUC_CACHE_*` |
+Each option's name, variable, `tpuc` flag, default and meaning are declared once, in the
+driver (`driver/src/options.rs`); `SPECS` and the table below come from there, and the README
+shows the same table.
 
 Cache options (`cache_tier2="job"`, `cache_tier2_root="/dev/shm/tpuc"`, `cache_tier3_root=...`,
 `cache_memory_max_bytes`, ...) are exported as the environment variables of the same name, which
@@ -31,7 +14,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, NamedTuple
+
+from . import _C
+
+
+class Spec(NamedTuple):
+    """One option as the driver declares it."""
+
+    name: str
+    env: str | None
+    flag: str | None
+    default: str
+    boolean: bool
+    help: str
+
+
+_specs, _table = _C.option_specs()
+SPECS: dict[str, Spec] = {s[0]: Spec(*s) for s in _specs}
+__doc__ += "\n" + _table
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -63,10 +64,10 @@ class Options:
     def resolve(options: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> "Options":
         env = os.environ if env is None else env
         options = dict(options or {})
-        fields = {f.name for f in dataclasses.fields(Options)} - {"cache"}
+        fields = set(SPECS)
         values: dict[str, Any] = {}
-        for name in fields - {"shard"}:
-            raw = env.get(f"TPUC_{name.upper()}")
+        for name, spec in SPECS.items():
+            raw = env.get(spec.env) if spec.env else None
             if raw is not None:
                 values[name] = raw
         cache = []
@@ -78,8 +79,8 @@ class Options:
             else:
                 known = ", ".join(sorted(fields | {"cache_tier2", "cache_tier2_root", "cache_tier3_root", "..."}))
                 raise ValueError(f"tpuc: unknown option {key!r} (known: {known})")
-        for name in ("strict", "debug", "verify_each", "no_recompile", "bf16", "allow_excess_precision", "fusion", "overlap"):
-            if name in values:
+        for name in values:
+            if SPECS[name].boolean:
                 values[name] = _as_bool(name, values[name])
         if "target" in values:
             t = str(values["target"]).lower()

@@ -65,6 +65,32 @@ def test_options_resolve_from_options_env_and_defaults():
         Options.resolve({}, env={"TPUC_STRICT": "maybe"})
 
 
+def test_options_are_the_drivers_declared_options():
+    """One declaration (driver/src/options.rs): the dataclass has exactly its options, each
+    boolean's default is the declared one, each variable sets its option, and each declared
+    `tpuc` flag is one the CLI has."""
+    import dataclasses
+
+    from tpuc.options import SPECS
+
+    fields = {f.name: f.default for f in dataclasses.fields(Options)}
+    fields.pop("cache")
+    assert set(fields) == set(SPECS), set(fields) ^ set(SPECS)
+    defaults = Options.resolve({}, env={})
+    for name, spec in SPECS.items():
+        if spec.boolean:
+            assert getattr(defaults, name) == (spec.default == "on"), name
+            env = {spec.env: "0" if spec.default == "on" else "1"}
+            assert getattr(Options.resolve({}, env=env), name) == (spec.default != "on"), name
+    tpuc_bin = os.environ.get("TPUC_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "tpuc")
+    helps = "".join(subprocess.run([tpuc_bin, cmd, "--help"], capture_output=True, text=True, check=True).stdout
+                    for cmd in ("compile", "lower", "opt", "run"))
+    for spec in SPECS.values():
+        if spec.flag:
+            assert spec.flag in helps, spec.flag
+    assert "| `precision` | `TPUC_PRECISION` | `--precision` |" in tpuc.options.__doc__
+
+
 def test_torch_version_is_checked():
     tpuc.check_torch_version(torch.__version__)
     tpuc.check_torch_version("2.15.3+cpu")

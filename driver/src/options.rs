@@ -1,0 +1,102 @@
+//! The compile options, declared once: for each, its name in `torch.compile(...,
+//! options={...})`, its `TPUC_*` environment variable, the `tpuc` flag that sets the same, its
+//! default and what it does. The Python package reads this table (`tpuc._C.option_specs()`)
+//! for the environment variables, the known names and its docs; the README's options table is
+//! [`markdown_table`] (a test keeps them equal); a CLI test checks each flag exists. How each
+//! value is parsed stays with its owner: [`crate::LowerOptions`] holds the lowering ones as
+//! types (`Precision`, `Target`, ...).
+
+/// One compile option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionSpec {
+    /// The name in `torch.compile(..., options={name: ...})`.
+    pub name: &'static str,
+    /// The environment variable that sets it when the options do not.
+    pub env: Option<&'static str>,
+    /// The `tpuc` command-line flag that sets the same thing, when there is one.
+    pub flag: Option<&'static str>,
+    /// The default, as the docs show it (empty: unset).
+    pub default: &'static str,
+    /// Whether the value is a boolean (`1/0`, `true/false`, `on/off`).
+    pub boolean: bool,
+    /// What it does (Markdown).
+    pub help: &'static str,
+}
+
+const fn opt(name: &'static str, env: &'static str, flag: Option<&'static str>, default: &'static str, help: &'static str) -> OptionSpec {
+    OptionSpec { name, env: Some(env), flag, default, boolean: false, help }
+}
+
+const fn flag(name: &'static str, env: &'static str, flag: Option<&'static str>, on: bool, help: &'static str) -> OptionSpec {
+    OptionSpec { name, env: Some(env), flag, default: if on { "on" } else { "off" }, boolean: true, help }
+}
+
+/// Every option, in the order the docs list them.
+pub const OPTIONS: &[OptionSpec] = &[
+    opt("target", "TPUC_TARGET", Some("--target"), "`cpu`", "`tpu` compiles for `topology` without a device; on a host without one the graph then runs eagerly (the executable lands in the cache and `dump_dir`)"),
+    opt("topology", "TPUC_TOPOLOGY", Some("--topology"), "", "e.g. `v5e:2x2`"),
+    opt("plugin", "TPUC_PLUGIN", Some("--plugin"), "found", "the PJRT plugin file (else `TPUC_PJRT_CPU_PLUGIN` / `TPUC_PJRT_TPU_PLUGIN`, else the installed package)"),
+    flag("strict", "TPUC_STRICT", None, false, "raise `TpucUnsupportedError` instead of running unsupported ops eagerly (the CLI always refuses them)"),
+    opt("dump_dir", "TPUC_DUMP_DIR", Some("--dump-dir"), "", "per graph: FX code, graph JSON, IR after every pass, final IR, StableHLO, compile summary"),
+    flag("debug", "TPUC_DEBUG", None, false, "log each compile (times, `cache=miss/memory/disk/shm/remote`) to stderr"),
+    flag("verify_each", "TPUC_VERIFY_EACH", Some("--verify-each"), false, "verify the IR after every pass"),
+    opt("precision", "TPUC_PRECISION", Some("--precision"), "from torch", "matmul / convolution precision `default`, `high` or `highest`; unset, `torch.get_float32_matmul_precision()` decides (`highest` → highest, `high` → high, `medium` → default), except on the TPU target, where torch's untouched `highest` (which cannot be told from a choice) means TPU's `default`, one bf16 pass, as TorchTPU does: set `precision` (or torch's `high`) for more"),
+    flag("bf16", "TPUC_BF16", Some("--bf16"), false, "matmuls and convolutions in bf16 with f32 accumulation"),
+    flag("allow_excess_precision", "TPUC_ALLOW_EXCESS_PRECISION", Some("--allow-excess-precision"), false, "drop round trips through narrower float types"),
+    flag("fusion", "TPUC_FUSION", Some("--no-fusion"), true, "composites for attention, norms, GELU, RoPE, SwiGLU; off: plain StableHLO ops"),
+    flag("no_recompile", "TPUC_NO_RECOMPILE", None, false, "after `tpuc.warmup(model, *examples)`, a compile raises a `TpucError` (kind `recompile`) naming the graph and the bucket"),
+    opt("mesh", "TPUC_MESH", Some("--mesh"), "", "SPMD over a device mesh, e.g. `x=2,y=2` (see \"SPMD over a device mesh\")"),
+    opt("shard_policy", "TPUC_SHARD_POLICY", Some("--shard-policy"), "", "with `mesh`: `dp`, `fsdp` or `tp`"),
+    OptionSpec { name: "shard", env: None, flag: Some("--shard"), default: "", boolean: false, help: "with `mesh`: `{argument name: \"x,_\"}`, names as `dump_dir`'s IR shows them" },
+    flag("overlap", "TPUC_OVERLAP", None, true, "in a `torch.distributed` job: issue each collective as soon as its input exists, wait for it as late as possible; off: wait at once (to measure what overlap saves)"),
+    opt("buckets", "TPUC_BUCKETS", Some("--buckets"), "`auto`", "symbolic sizes: `auto`, `linear:K`, a list `128,256,512`, or `off` (one compile per shape)"),
+];
+
+/// The cache settings, given as options `cache_<name>` for the variable `TPUC_CACHE_<NAME>`.
+pub const CACHE_PREFIX: &str = "cache_";
+
+/// The options table of the README and the Python package's docs.
+pub fn markdown_table() -> String {
+    let code = |s: &str| format!("`{s}`");
+    let mut out = String::from("| option | environment | flag | default | |\n|---|---|---|---|---|\n");
+    for o in OPTIONS {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            code(o.name),
+            o.env.map(code).unwrap_or_default(),
+            o.flag.map(code).unwrap_or_default(),
+            o.default,
+            o.help
+        ));
+    }
+    out.push_str("| `cache_*` | `TPUC_CACHE_*` | `--cache-*` | | the cache settings above, e.g. `cache_tier2=\"team\"`; read when the process first compiles |\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_variables_are_unique_and_follow_one_rule() {
+        let mut names: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), OPTIONS.len());
+        for o in OPTIONS {
+            if let Some(env) = o.env {
+                assert_eq!(env, format!("TPUC_{}", o.name.to_ascii_uppercase()), "{}", o.name);
+            }
+            assert!(!o.name.starts_with(CACHE_PREFIX), "{}", o.name);
+        }
+    }
+
+    /// The README's table is this table: change the options here, then paste
+    /// `markdown_table()` (the test prints it on a mismatch).
+    #[test]
+    fn the_readme_table_is_the_options_table() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let table = markdown_table();
+        assert!(readme.contains(&table), "README.md's options table differs from driver/src/options.rs; it should read:\n{table}");
+    }
+}
