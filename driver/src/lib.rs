@@ -31,7 +31,8 @@ pub use tpuc_frontend_fx::{ImportError, Imported};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
 use tpuc_passes::{PassError, PassManager, PassTiming};
-pub use tpuc_lowering_stablehlo::{MeshSharding, Ranks};
+pub use spmd::MeshSharding;
+pub use tpuc_lowering_stablehlo::Ranks;
 pub use tpuc_passes::Precision;
 /// The one target type, shared with the passes, the runtime and the CLI.
 pub use tpuc_platform::Target;
@@ -210,18 +211,17 @@ impl Lowered {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
             // The pass manager verified the module at the end of the pipeline.
-            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.sharding, &self.ranks))?)),
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.ranks))?)),
         }
     }
 }
 
-/// The emitter options of cache keys: no locations, `module @main`, the program's sharding
-/// and ranks.
-fn key_emit_options(sharding: &Option<MeshSharding>, ranks: &Option<Ranks>) -> EmitOptions {
+/// The emitter options of cache keys: no locations, `module @main`, the program's ranks (its
+/// sharding is in the module).
+fn key_emit_options(ranks: &Option<Ranks>) -> EmitOptions {
     EmitOptions {
         module_name: "main".to_string(),
         debug_locations: false,
-        sharding: sharding.clone(),
         ranks: ranks.clone(),
         ..Default::default()
     }
@@ -315,7 +315,8 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
     let mut notes: Vec<String> = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
-    let mut sharding = options.sharding.clone();
+    // The options' sharding, else the one the program carries (IR text with a `mesh`).
+    let mut sharding = options.sharding.clone().or_else(|| module.sharding.as_ref().map(|s| MeshSharding::of_ir(s, &module)));
     if let Some(sh) = &mut sharding {
         spmd::check(sh, &module).map_err(DriverError::Options)?;
         if let Some(policy) = options.shard_policy {
@@ -325,11 +326,13 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             }
             notes.extend(missed);
         }
+        // From here on the sharding is part of the program: the IR carries it, the emitter
+        // writes it.
+        module.sharding = Some(sh.to_ir(&module).map_err(DriverError::Options)?);
     }
     let opts = EmitOptions {
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
         debug_locations: options.debug_locations,
-        sharding,
         ranks: options.ranks.clone(),
         ..Default::default()
     };
@@ -343,9 +346,9 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             Some(text)
         }
     };
-    let stablehlo_is_key = opts == key_emit_options(&opts.sharding, &opts.ranks);
+    let stablehlo_is_key = opts == key_emit_options(&opts.ranks);
     let lowering = options.lowering_summary();
-    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding: opts.sharding, ranks: opts.ranks, graph, lowering })
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding, ranks: opts.ranks, graph, lowering })
 }
 
 /// Import then lower, timing the import too.

@@ -25,11 +25,11 @@ pub struct Signature {
 
 impl Signature {
     /// The module's shardings as the SPMD runner takes them, when it declares a mesh.
-    pub fn mesh_sharding(&self) -> Option<tpuc_lowering_stablehlo::MeshSharding> {
+    pub fn mesh_sharding(&self) -> Option<crate::spmd::MeshSharding> {
         let axes = self.mesh.clone()?;
         let args = self.args.iter().zip(&self.arg_shardings).filter_map(|((n, _), s)| Some((n.clone(), s.clone()?))).collect();
         let results = self.result_shardings.iter().enumerate().filter_map(|(i, s)| Some((i, s.clone()?))).collect();
-        Some(tpuc_lowering_stablehlo::MeshSharding { axes, args, results })
+        Some(crate::spmd::MeshSharding { axes, args, results })
     }
 }
 

@@ -7,6 +7,7 @@
 use crate::attr::{Attr, Attrs, Scalar, TensorData};
 use crate::dtype::DType;
 use crate::layout::{DimLayout, Factor, Layout};
+use crate::sharding::DimAxes;
 use crate::module::{ArgInfo, ArgKind, BlockId, Loc, LocId, Module, OpId, RegionId, ResultInfo, ResultKind, ValueId};
 use crate::opcode::Opcode;
 use crate::sym::SymExpr;
@@ -30,14 +31,14 @@ impl fmt::Display for ParseError {
 
 /// Parses a module from its text form.
 pub fn parse_module(text: &str) -> Result<Module, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
     p.module()?;
     Ok(p.m)
 }
 
 /// Parses a tensor type such as `tensor<s0x(2*s0)xf32>`.
 pub fn parse_tensor_type(text: &str) -> Result<TensorType, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
     let t = p.tensor_type()?;
     p.ws();
     if p.pos != p.src.len() {
@@ -48,7 +49,7 @@ pub fn parse_tensor_type(text: &str) -> Result<TensorType, ParseError> {
 
 /// Parses a symbolic expression such as `2*s0 + 1` or `floordiv(s0, 2)`.
 pub fn parse_sym_expr(text: &str) -> Result<SymExpr, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
     let e = p.sym_expr()?;
     p.ws();
     if p.pos != p.src.len() {
@@ -64,9 +65,23 @@ struct Parser<'a> {
     m: Module,
     values: HashMap<u32, ValueId>,
     pending_locs: Vec<(OpId, u32, usize)>,
+    /// The module's `mesh`, if declared.
+    mesh: Option<Vec<(String, i64)>>,
+    /// `sharding = [...]` in argument / result metadata: (function, argument?, index, axes,
+    /// position), placed once the module is read and `main` is known.
+    splits: Vec<(String, bool, usize, DimAxes, usize)>,
 }
 
 type PResult<T> = Result<T, ParseError>;
+
+/// An argument's or result's metadata.
+struct Meta {
+    kind: String,
+    name: String,
+    layout: Option<Layout>,
+    /// `sharding = ...` and where it was written.
+    split: Option<(DimAxes, usize)>,
+}
 
 impl<'a> Parser<'a> {
     fn err(&self, message: impl Into<String>) -> ParseError {
@@ -242,10 +257,17 @@ impl<'a> Parser<'a> {
             let start = self.pos;
             match self.ident()? {
                 "symbol" => self.symbol()?,
+                "mesh" => {
+                    if self.mesh.is_some() {
+                        return Err(self.err_at(start, "`mesh` declared twice"));
+                    }
+                    self.mesh = Some(self.mesh_axes()?);
+                }
                 "func" => self.func()?,
-                other => return Err(self.err_at(start, format!("expected `symbol` or `func`, found `{other}`"))),
+                other => return Err(self.err_at(start, format!("expected `symbol`, `mesh` or `func`, found `{other}`"))),
             }
         }
+        self.place_splits()?;
         let mut locs: HashMap<u32, LocId> = HashMap::new();
         while self.peek() == Some(b'#') {
             self.pos += 1;
@@ -289,8 +311,9 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// `{kind = "...", name = "..."}`, and for results an optional `, layout = [...]`.
-    fn meta(&mut self, result: bool) -> PResult<Option<(String, String, Option<Layout>)>> {
+    /// `{kind = "...", name = "..."}`, then optionally `, layout = [...]` (results) and
+    /// `, sharding = [...]`.
+    fn meta(&mut self, result: bool) -> PResult<Option<Meta>> {
         if self.peek() != Some(b'{') {
             return Ok(None);
         }
@@ -302,15 +325,89 @@ impl<'a> Parser<'a> {
         self.keyword("name")?;
         self.expect("=")?;
         let name = self.string()?;
-        let layout = if result && self.eat(",") {
-            self.keyword("layout")?;
-            self.expect("=")?;
-            Some(self.layout()?)
-        } else {
-            None
-        };
+        let (mut layout, mut split) = (None, None);
+        while self.eat(",") {
+            let pos = self.pos;
+            match self.ident()? {
+                "layout" if result && layout.is_none() => {
+                    self.expect("=")?;
+                    layout = Some(self.layout()?);
+                }
+                "sharding" if split.is_none() => {
+                    self.expect("=")?;
+                    split = Some((self.dim_axes()?, pos));
+                }
+                other => return Err(self.err_at(pos, format!("unexpected `{other}` in metadata"))),
+            }
+        }
         self.expect("}")?;
-        Ok(Some((kind, name, layout)))
+        Ok(Some(Meta { kind, name, layout, split }))
+    }
+
+    /// `["x" = 2, "y" = 2]`.
+    fn mesh_axes(&mut self) -> PResult<Vec<(String, i64)>> {
+        self.expect("[")?;
+        let mut out = Vec::new();
+        if self.eat("]") {
+            return Ok(out);
+        }
+        loop {
+            let name = self.string()?;
+            self.expect("=")?;
+            out.push((name, self.int()?));
+            if self.eat("]") {
+                return Ok(out);
+            }
+            self.expect(",")?;
+        }
+    }
+
+    /// `[{"x"}, {}]`.
+    fn dim_axes(&mut self) -> PResult<DimAxes> {
+        self.expect("[")?;
+        let mut out = Vec::new();
+        if self.eat("]") {
+            return Ok(out);
+        }
+        loop {
+            self.expect("{")?;
+            let mut axes = Vec::new();
+            if !self.eat("}") {
+                loop {
+                    axes.push(self.string()?);
+                    if self.eat("}") {
+                        break;
+                    }
+                    self.expect(",")?;
+                }
+            }
+            out.push(axes);
+            if self.eat("]") {
+                return Ok(out);
+            }
+            self.expect(",")?;
+        }
+    }
+
+    /// Puts the `sharding = ...` of `main`'s arguments and results into the module's sharding.
+    fn place_splits(&mut self) -> PResult<()> {
+        let main = self.m.main_func().map(|f| f.name.clone());
+        let splits = std::mem::take(&mut self.splits);
+        let Some(mesh) = self.mesh.take() else {
+            return match splits.first() {
+                Some(&(_, _, _, _, pos)) => Err(self.err_at(pos, "a `sharding` needs the module's `mesh`")),
+                None => Ok(()),
+            };
+        };
+        let mut sh = crate::Sharding { mesh, ..Default::default() };
+        for (func, arg, i, axes, pos) in splits {
+            if main.as_deref() != Some(&func) {
+                return Err(self.err_at(pos, format!("`sharding` on `{func}`, which is not `main`")));
+            }
+            if arg { sh.args.insert(i, axes) } else { sh.results.insert(i, axes) };
+        }
+        self.m.sharding = Some(sh);
+        Ok(())
     }
 
     /// `[exact, uniform(s), factors((8, s), (2, 2))]` (see [`crate::layout`]).
@@ -367,6 +464,7 @@ impl<'a> Parser<'a> {
     fn func(&mut self) -> PResult<()> {
         self.expect("@")?;
         let name = self.ident()?.to_string();
+        let fname = name.clone();
         self.expect("(")?;
         let mut args = Vec::new();
         let mut arg_nums = Vec::new();
@@ -379,10 +477,15 @@ impl<'a> Parser<'a> {
                 let ty = self.tensor_type()?;
                 let mpos = self.pos;
                 let info = match self.meta(false)? {
-                    Some((kind, name, _)) => ArgInfo {
-                        kind: ArgKind::parse(&kind).ok_or_else(|| self.err_at(mpos, format!("unknown argument kind `{kind}`")))?,
-                        name,
-                    },
+                    Some(Meta { kind, name, split, .. }) => {
+                        if let Some((axes, spos)) = split {
+                            self.splits.push((fname.clone(), true, args.len(), axes, spos));
+                        }
+                        ArgInfo {
+                            kind: ArgKind::parse(&kind).ok_or_else(|| self.err_at(mpos, format!("unknown argument kind `{kind}`")))?,
+                            name,
+                        }
+                    }
                     None => ArgInfo { kind: ArgKind::UserInput, name: format!("arg{}", args.len()) },
                 };
                 args.push((ty, info));
@@ -406,12 +509,17 @@ impl<'a> Parser<'a> {
                 let meta = self.meta(true)?;
                 any_result_meta |= meta.is_some();
                 let info = match meta {
-                    Some((kind, name, layout)) => ResultInfo {
-                        kind: ResultKind::parse(&kind)
-                            .ok_or_else(|| self.err_at(mpos, format!("unknown result kind `{kind}`")))?,
-                        name,
-                        layout,
-                    },
+                    Some(Meta { kind, name, layout, split }) => {
+                        if let Some((axes, spos)) = split {
+                            self.splits.push((fname.clone(), false, results.len(), axes, spos));
+                        }
+                        ResultInfo {
+                            kind: ResultKind::parse(&kind)
+                                .ok_or_else(|| self.err_at(mpos, format!("unknown result kind `{kind}`")))?,
+                            name,
+                            layout,
+                        }
+                    }
                     None => ResultInfo::new(ResultKind::UserOutput, format!("result{}", results.len())),
                 };
                 results.push(info);

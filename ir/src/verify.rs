@@ -97,8 +97,40 @@ impl Verifier<'_> {
         for fi in 0..self.m.funcs.len() {
             self.func(fi);
         }
+        self.sharding();
         for e in self.m.use_list_errors() {
             self.err(String::new(), e);
+        }
+    }
+
+    /// The mesh has distinct axes of positive size; each sharded argument and result of `main`
+    /// exists and its split fits its type.
+    fn sharding(&mut self) {
+        let m = self.m;
+        let Some(sh) = &m.sharding else { return };
+        let mut axes = std::collections::HashSet::new();
+        for (a, n) in &sh.mesh {
+            if *n < 1 || !axes.insert(a.as_str()) {
+                self.err("mesh".into(), format!("axis `{a}` of size {n}: axes need distinct names and sizes of at least 1"));
+            }
+        }
+        let Some(f) = m.main_func() else {
+            self.err("mesh".into(), "a sharded module needs `main`");
+            return;
+        };
+        let entry = m.entry_block(f);
+        let args: Vec<ValueId> = m.blocks[entry].args.clone();
+        let results: Vec<ValueId> = m.terminator(entry).map(|o| m.ops[o].operands.to_vec()).unwrap_or_default();
+        for (what, split, values) in [("argument", &sh.args, &args), ("result", &sh.results, &results)] {
+            for (&i, dims) in split {
+                let Some(&v) = values.get(i) else {
+                    self.err(format!("func @{}", f.name), format!("sharding of {what} {i}, which does not exist"));
+                    continue;
+                };
+                if let Some(msg) = crate::sharding::dim_axes_error(sh, dims, &m.values[v].ty) {
+                    self.err(format!("func @{}", f.name), format!("{what} {i}: sharding {}: {msg}", crate::sharding::dim_axes_text(dims)));
+                }
+            }
         }
     }
 

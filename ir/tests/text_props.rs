@@ -678,3 +678,25 @@ fn symbol_names_with_an_x_round_trip() {
     // The expression keywords are not symbol names.
     assert!(!tpuc_ir::is_symbol_name("mod") && !tpuc_ir::is_symbol_name("floordiv") && tpuc_ir::is_symbol_name("max_len"));
 }
+
+#[test]
+fn sharding_round_trips_and_is_verified_against_the_types() {
+    let text = "module {\n  mesh [\"x\" = 2, \"y\" = 2]\n  func @main(%0: tensor<4x6xf32> {kind = \"input\", name = \"a\", sharding = [{\"x\"}, {\"y\"}]}, %1: tensor<6xf32> {kind = \"parameter\", name = \"b\"}) -> (tensor<4x6xf32> {kind = \"output\", name = \"out\", sharding = [{\"x\", \"y\"}, {}]}) {\n    %2 = broadcast_in_dim %1 {broadcast_dimensions = [1]} : tensor<4x6xf32>\n    %3 = add %0, %2 : tensor<4x6xf32>\n    return %3\n  }\n}\n";
+    let m = parse_module(text).unwrap();
+    verify(&m).unwrap();
+    assert_eq!(print_module(&m), text);
+    let sh = m.sharding.as_ref().unwrap();
+    assert_eq!((sh.devices(), sh.args.len(), sh.results.len()), (4, 1, 1));
+    let mut c = m.clone();
+    c.compact();
+    assert_eq!(print_module(&c), text, "compaction keeps the sharding");
+    let errors = |t: &str| match parse_module(t) {
+        Err(e) => e.to_string(),
+        Ok(m) => verify(&m).err().map(|e| e.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("; ")).unwrap_or_default(),
+    };
+    // 6 rows do not split 4 ways; an axis not in the mesh; rank; no mesh at all.
+    assert!(errors(&text.replace("{\"x\", \"y\"}, {}]", "{}, {\"x\", \"y\"}]")).contains("dim 1 of size 6 does not split 4 ways"));
+    assert!(errors(&text.replace("[{\"x\"}, {\"y\"}]", "[{\"z\"}, {}]")).contains("axis `z` is not in the mesh"));
+    assert!(errors(&text.replace("[{\"x\"}, {\"y\"}]", "[{\"x\"}]")).contains("names 1 dims for a value of rank 2"));
+    assert!(errors(&text.replace("  mesh [\"x\" = 2, \"y\" = 2]\n", "")).contains("needs the module's `mesh`"));
+}

@@ -229,9 +229,9 @@ impl<'m> Emitter<'m> {
             write_symbol(&mut self.out, &self.opts.module_name);
             self.out.push_str(" {\n");
         }
-        if let Some(sh) = &self.opts.sharding {
+        if let Some(sh) = &self.m.sharding {
             self.out.push_str("  sdy.mesh @mesh = <[");
-            for (i, (name, size)) in sh.axes.iter().enumerate() {
+            for (i, (name, size)) in sh.mesh.iter().enumerate() {
                 if i > 0 {
                     self.out.push_str(", ");
                 }
@@ -267,7 +267,7 @@ impl<'m> Emitter<'m> {
     /// `dims` (`None`: replicated), when the module is sharded; `what` names it in errors. The
     /// leading comma is left out when the dictionary has nothing before it.
     fn sdy_sharding(&mut self, what: &str, dims: Option<&Vec<Vec<String>>>, rank: usize) -> Result<(), EmitError> {
-        if self.opts.sharding.is_none() {
+        if self.m.sharding.is_none() {
             return Ok(());
         }
         if let Some(d) = dims {
@@ -296,12 +296,12 @@ impl<'m> Emitter<'m> {
         Ok(())
     }
 
-    /// The sharding of main's argument `name` / result `index`, if any.
-    fn arg_dims(&self, name: &str) -> Option<&'m Vec<Vec<String>>> {
-        self.opts.sharding.as_ref().and_then(|s| s.args.get(name))
+    /// The sharding of main's argument / result `index`, if any.
+    fn arg_dims(&self, index: usize) -> Option<&'m Vec<Vec<String>>> {
+        self.m.sharding.as_ref().and_then(|s| s.args.get(&index))
     }
     fn result_dims(&self, index: usize) -> Option<&'m Vec<Vec<String>>> {
-        self.opts.sharding.as_ref().and_then(|s| s.results.get(&index))
+        self.m.sharding.as_ref().and_then(|s| s.results.get(&index))
     }
 
     fn func(&mut self, fi: usize, is_main: bool) -> Result<(), EmitError> {
@@ -334,12 +334,12 @@ impl<'m> Emitter<'m> {
                 );
                 write_str_lit(&mut self.out, &info.name);
                 if is_main {
-                    self.sdy_sharding(&format!("`{}`", info.name), self.arg_dims(&info.name), t.rank())?;
+                    self.sdy_sharding(&format!("`{}`", info.name), self.arg_dims(i), t.rank())?;
                 }
                 self.out.push('}');
-            } else if is_main && self.opts.sharding.is_some() {
+            } else if is_main && self.m.sharding.is_some() {
                 self.out.push_str(" {");
-                self.sdy_sharding(&format!("argument {i}"), None, t.rank())?;
+                self.sdy_sharding(&format!("argument {i}"), self.arg_dims(i), t.rank())?;
                 self.out.push('}');
             }
         }
@@ -365,7 +365,7 @@ impl<'m> Emitter<'m> {
                         self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     }
                     self.out.push('}');
-                } else if is_main && self.opts.sharding.is_some() {
+                } else if is_main && self.m.sharding.is_some() {
                     self.out.push_str(" {");
                     self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     self.out.push('}');

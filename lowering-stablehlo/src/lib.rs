@@ -63,8 +63,6 @@ pub struct EmitOptions {
     pub debug_locations: bool,
     /// Lowering of `erf`.
     pub erf: ErfLowering,
-    /// A device mesh and argument shardings, emitted as Shardy attributes (SPMD programs).
-    pub sharding: Option<MeshSharding>,
     /// The ranks of a per-rank program (one replica each), for its collectives.
     pub ranks: Option<Ranks>,
 }
@@ -79,28 +77,12 @@ pub struct Ranks {
     pub groups: std::collections::BTreeMap<String, Vec<Vec<i64>>>,
 }
 
-/// A device mesh and the shardings of `main`'s arguments and results, emitted as Shardy:
-/// `sdy.mesh @mesh` at module level and an `sdy.sharding` on every argument and result (those
-/// without an entry replicated), for a program partitioned over the mesh's devices (device p
-/// holds the shard at p's row-major position in the mesh).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct MeshSharding {
-    /// Axis names and sizes, major to minor.
-    pub axes: Vec<(String, i64)>,
-    /// By argument name (`tpuc.name`): for each dim, the mesh axes it is split over, major
-    /// first (none: that dim is whole on every device).
-    pub args: std::collections::BTreeMap<String, Vec<Vec<String>>>,
-    /// By result index, the same.
-    pub results: std::collections::BTreeMap<usize, Vec<Vec<String>>>,
-}
-
 impl Default for EmitOptions {
     fn default() -> Self {
         EmitOptions {
             module_name: "tpuc".to_string(),
             debug_locations: false,
             erf: ErfLowering::Polynomial,
-            sharding: None,
             ranks: None,
         }
     }

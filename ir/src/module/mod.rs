@@ -307,6 +307,8 @@ pub struct Module {
     pub locs: PrimaryMap<LocId, Loc>,
     /// Provenance of each op (side table).
     pub op_locs: SecondaryMap<OpId, Option<LocId>>,
+    /// An SPMD program: the device mesh and how `main`'s arguments and results are split.
+    pub sharding: Option<crate::Sharding>,
 }
 
 /// Errors from building IR.

@@ -1,0 +1,109 @@
+//! SPMD sharding of `main`'s arguments and results over a device mesh, as part of the program:
+//! the mesh (axis names and sizes, major to minor) and, per sharded argument or result, the mesh
+//! axes each dim is split over. Device `p` holds the shard at `p`'s row-major position in the
+//! mesh; values without an entry are whole on every device. The emitter writes it as Shardy
+//! (`sdy.mesh`, `sdy.sharding`); the verifier checks it against the types.
+//!
+//! Text form: a module-level `mesh ["x" = 2, "y" = 2]`, and `sharding = [{"x"}, {}]` in the
+//! metadata of an argument or result of `main`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Per dim, the mesh axes it is split over, major first (empty: not split).
+pub type DimAxes = Vec<Vec<String>>;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sharding {
+    /// Axis names and sizes, major to minor.
+    pub mesh: Vec<(String, i64)>,
+    /// By `main` argument index.
+    pub args: BTreeMap<usize, DimAxes>,
+    /// By `main` result index.
+    pub results: BTreeMap<usize, DimAxes>,
+}
+
+impl Sharding {
+    /// The number of devices the mesh spans.
+    pub fn devices(&self) -> i64 {
+        self.mesh.iter().map(|(_, n)| n).product()
+    }
+
+    /// The size of axis `name`.
+    pub fn axis_size(&self, name: &str) -> Option<i64> {
+        self.mesh.iter().find(|(a, _)| a == name).map(|(_, n)| *n)
+    }
+}
+
+fn quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `["x" = 2, "y" = 2]`.
+pub fn mesh_text(mesh: &[(String, i64)]) -> String {
+    let mut out = String::from("[");
+    for (i, (name, size)) in mesh.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        quoted(&mut out, name);
+        let _ = write!(out, " = {size}");
+    }
+    out.push(']');
+    out
+}
+
+/// `[{"x"}, {}]`.
+pub fn dim_axes_text(dims: &DimAxes) -> String {
+    let mut out = String::from("[");
+    for (i, axes) in dims.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push('{');
+        for (j, a) in axes.iter().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            quoted(&mut out, a);
+        }
+        out.push('}');
+    }
+    out.push(']');
+    out
+}
+
+/// Why `dims` cannot shard a value of type `ty` over `sharding`'s mesh: one entry per dim, axes
+/// of the mesh, each axis at most once, static dims divisible by the devices they are split over.
+pub fn dim_axes_error(sharding: &Sharding, dims: &DimAxes, ty: &crate::TensorType) -> Option<String> {
+    if dims.len() != ty.rank() {
+        return Some(format!("names {} dims for a value of rank {}", dims.len(), ty.rank()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (d, axes) in dims.iter().enumerate() {
+        let mut ways = 1i64;
+        for a in axes {
+            let Some(n) = sharding.axis_size(a) else { return Some(format!("dim {d}: axis `{a}` is not in the mesh")) };
+            if !seen.insert(a.as_str()) {
+                return Some(format!("axis `{a}` splits two dims"));
+            }
+            ways = ways.saturating_mul(n);
+        }
+        if let Some(size) = ty.dims[d].as_static() {
+            if size % ways != 0 {
+                return Some(format!("dim {d} of size {size} does not split {ways} ways"));
+            }
+        }
+    }
+    None
+}
