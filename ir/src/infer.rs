@@ -6,6 +6,9 @@
 //! their operands get their types inferred; ops whose result shape is a choice (constant,
 //! reshape, broadcast_in_dim, iota, convert, gather's index dtype, ...) need them given, and
 //! the rule checks them. The builder and the verifier both call it, so they cannot disagree.
+//!
+//! One file on purpose: one `match` over every opcode is the whole rule table, and the compiler
+//! checks it is exhaustive; split, a new opcode's rule could be missed.
 
 use crate::attr::{Attr, Attrs};
 use crate::dtype::DType;

@@ -3,6 +3,9 @@
 //! The parser checks syntax and name resolution only and builds ops without running shape
 //! rules, so that [`crate::verify`] can report every broken rule of a hand-written module at
 //! once. Errors carry the line and column.
+//!
+//! One file on purpose: one recursive-descent parser over one grammar (types, attributes,
+//! ops, regions, metadata); its pieces call each other throughout.
 
 use crate::attr::{Attr, Attrs, Scalar, TensorData};
 use crate::dtype::DType;

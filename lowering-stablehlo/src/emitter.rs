@@ -1,6 +1,8 @@
 //! The emitter: one output `String`, SSA names, types, locations and one writer per StableHLO
 //! op shape. Lowerings ([`crate::lower`], [`crate::reduce`], [`crate::expand`]) call these
 //! writers and never format MLIR themselves, so every op is spelled in one place.
+//!
+//! One file on purpose: every StableHLO spelling in one place (see above) is the point of it.
 
 use crate::literal::{lit_bytes, write_elem, write_hex, Lit};
 use crate::{EmitError, EmitOptions};

@@ -15,6 +15,9 @@
 //! Only the structs that tpuc calls are declared; table entries it does not call are typed as
 //! [`Unused`] so that the offsets of the later entries stay right. The unit tests at the bottom
 //! pin the sizes and offsets that were checked against the header by hand.
+//!
+//! One file on purpose: the declarations mirror the C header's structs in its order, so a
+//! layout is checked against the header by reading the two side by side.
 #![allow(
     non_camel_case_types,
     non_snake_case,

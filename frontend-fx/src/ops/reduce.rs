@@ -4,6 +4,8 @@
 //! accumulate in f32 (the CPU kernels' accumulation type) and round once at the end. An
 //! empty or omitted dim list means all dims. Means divide the sum by the element count
 //! (counted at run time for symbolic dims).
+//!
+//! One file on purpose: these ops share the accumulation-type and identity rules defined here.
 
 use super::*;
 use Opcode as O;

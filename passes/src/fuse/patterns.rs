@@ -2,6 +2,9 @@
 //! (ops are visited last to first, so the largest match around an op wins) and returns the
 //! composite's name, attributes, inputs and outputs; [`super::outline`] checks that the ops in
 //! between form a closed group and moves them.
+//!
+//! One file on purpose: the matchers share the small structural helpers at its top, and the
+//! order they are tried in is read here.
 
 use super::Match;
 use crate::eval::eval_f64s;
