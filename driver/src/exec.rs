@@ -150,12 +150,12 @@ pub fn check_target_support(module: &Module, target: Target) -> Result<(), ExecE
     let func = module.main_func().ok_or_else(|| ExecError::Unsupported("module has no functions".into()))?;
     let entry = module.entry_block(func);
     let unsupported = |t: &tpuc_ir::TensorType| matches!(t.dtype, DType::F64 | DType::C128);
-    let is_boundary = |data: &tpuc_ir::OpData| data.opcode == tpuc_ir::Opcode::Convert && data.attrs.bool("tpuc.boundary") == Some(true);
+    let is_boundary = |data: &tpuc_ir::OpData| data.opcode() == tpuc_ir::Opcode::Convert && data.attrs.bool("tpuc.boundary") == Some(true);
     // True if every attached user of `v` is `op` (a boundary convert when `op` is `convert`).
     let only_used_by = |v: tpuc_ir::ValueId, op: tpuc_ir::Opcode| {
-        module.users(v).map(|u| &module.ops[u]).filter(|d| d.block.is_some()).all(|d| d.opcode == op && (op != tpuc_ir::Opcode::Convert || is_boundary(d)))
+        module.users(v).map(|u| &module.ops[u]).filter(|d| d.block().is_some()).all(|d| d.opcode() == op && (op != tpuc_ir::Opcode::Convert || is_boundary(d)))
     };
-    for (i, &a) in module.blocks[entry].args.iter().enumerate() {
+    for (i, &a) in module.blocks[entry].args().iter().enumerate() {
         let t = &module.values[a].ty;
         if unsupported(t) && !(t.dtype == DType::F64 && only_used_by(a, tpuc_ir::Opcode::Convert)) {
             let name = func.args.get(i).map_or("?", |a| a.name.as_str());
@@ -166,17 +166,17 @@ pub fn check_target_support(module: &Module, target: Target) -> Result<(), ExecE
         }
     }
     for (op, data) in module.ops.iter() {
-        if data.block.is_none() {
+        if data.block().is_none() {
             continue;
         }
-        for &r in &data.results {
+        for &r in data.results() {
             let t = &module.values[r].ty;
             let boundary = t.dtype == DType::F64 && is_boundary(data) && only_used_by(r, tpuc_ir::Opcode::Return);
             if unsupported(t) && !boundary {
                 let at = module.loc(op).map_or(String::new(), |l| format!(" from {l}"));
                 return Err(ExecError::Unsupported(format!(
                     "{} is not supported on TPU: `{}`{at} produces {t}; the TPU pipeline (`--target tpu`, pass narrow-64bit) computes f64 as f32",
-                    t.dtype, data.opcode
+                    t.dtype, data.opcode()
                 )));
             }
         }
@@ -586,7 +586,7 @@ pub(crate) fn arg_specs(module: &Module) -> Vec<ArgSpec> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
     module.blocks[entry]
-        .args
+        .args()
         .iter()
         .zip(&func.args)
         .map(|(&v, info)| ArgSpec { name: info.name.clone(), kind: info.kind, ty: module.values[v].ty.clone() })
@@ -653,7 +653,7 @@ impl<'c> Runner<'c> {
         let specs: Vec<ArgSpec> =
             sig.args.iter().map(|(name, ty)| ArgSpec { name: name.clone(), kind: ArgKind::UserInput, ty: ty.clone() }).collect();
         let resident = vec![None; specs.len()];
-        Ok(Runner { loaded, specs, resident, results: sig.results.clone() })
+        Ok(Runner { loaded, specs, resident, results: sig.results.to_vec() })
     }
 
     /// Replaces the resident value of a weight argument (e.g. after an optimizer step); the
@@ -789,7 +789,7 @@ pub(crate) fn result_types(module: &Module) -> Vec<TensorType> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
     match module.terminator(entry) {
-        Some(ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
+        Some(ret) => module.ops[ret].operands().iter().map(|&v| module.values[v].ty.clone()).collect(),
         None => Vec::new(),
     }
 }

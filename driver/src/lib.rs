@@ -272,8 +272,8 @@ pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
     let (nargs, nres) = match module.main_func() {
         Some(f) => {
             let entry = module.entry_block(f);
-            let ret = module.terminator(entry).map_or(0, |o| module.ops[o].operands.len());
-            (module.blocks[entry].args.len(), ret)
+            let ret = module.terminator(entry).map_or(0, |o| module.ops[o].operands().len());
+            (module.blocks[entry].args().len(), ret)
         }
         None => (0, 0),
     };

@@ -203,7 +203,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     let func = module.main_func().ok_or_else(|| ExecError::Unsupported("the program has no function".into()))?;
     let entry = module.entry_block(func);
     let mut args = Vec::new();
-    for (i, (&v, info)) in module.blocks[entry].args.iter().zip(&func.args).enumerate() {
+    for (i, (&v, info)) in module.blocks[entry].args().iter().zip(&func.args).enumerate() {
         let ty = module.values[v].ty.clone();
         let bytes = ty.size_bytes().ok_or_else(|| {
             ExecError::Unsupported(format!(
@@ -215,7 +215,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         args.push(ArgInfo { name: info.name.clone(), kind: info.kind, ty, bytes });
     }
     let results: Vec<TensorType> = match module.terminator(entry) {
-        Some(ret) => module.ops[ret].operands.iter().map(|&v| module.values[v].ty.clone()).collect(),
+        Some(ret) => module.ops[ret].operands().iter().map(|&v| module.values[v].ty.clone()).collect(),
         None => Vec::new(),
     };
     if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {

@@ -203,7 +203,7 @@ pub fn check(sh: &MeshSharding, module: &Module) -> Result<(), String> {
             let known: Vec<&str> = args.keys().copied().collect();
             return Err(format!("--shard names `{name}`, which is not an argument of the program (arguments: {})", known.join(", ")));
         };
-        check_value(sh, &format!("--shard {name}"), &format!("`{name}`"), &module.values[module.blocks[entry].args[i]].ty, dims)?;
+        check_value(sh, &format!("--shard {name}"), &format!("`{name}`"), &module.values[module.blocks[entry].args()[i]].ty, dims)?;
     }
     let results = crate::exec::result_types(module);
     for (&i, dims) in &sh.results {
@@ -299,7 +299,7 @@ pub fn apply_policy(policy: ShardPolicy, module: &Module, sh: &mut MeshSharding)
         None => "a symbolic size".to_string(),
     };
     let mut chosen: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
-    let args = &module.blocks[entry].args;
+    let args = &module.blocks[entry].args();
     let mut unsplit_weights = Vec::new();
     for (i, info) in func.args.iter().enumerate() {
         let ty = &module.values[args[i]].ty;
@@ -391,7 +391,7 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
     let Some(func) = module.main_func() else { return Vec::new() };
     let entry = module.entry_block(func);
     let weight_arg: BTreeMap<tpuc_ir::ValueId, usize> = module.blocks[entry]
-        .args
+        .args()
         .iter()
         .enumerate()
         .filter(|(i, &v)| func.args[*i].kind == ArgKind::Parameter && module.values[v].ty.rank() == 2)
@@ -404,13 +404,13 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
             if let Some(&i) = weight_arg.get(&v) {
                 return Some((i, transposed));
             }
-            let tpuc_ir::ValueDef::Result { op, .. } = module.values[v].def else { return None };
+            let tpuc_ir::ValueDef::Result { op, .. } = module.values[v].def() else { return None };
             let d = module.op(op);
-            match d.opcode {
-                Opcode::Convert => v = d.operands[0],
+            match d.opcode() {
+                Opcode::Convert => v = d.operands()[0],
                 Opcode::Transpose => {
                     transposed = !transposed;
-                    v = d.operands[0];
+                    v = d.operands()[0];
                 }
                 _ => return None,
             }
@@ -422,9 +422,9 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
     for op in module.ops_in(entry) {
         let d = module.op(op);
         let mut handled = false;
-        if d.opcode == Opcode::DotGeneral && d.operands.len() == 2 {
+        if d.opcode() == Opcode::DotGeneral && d.operands().len() == 2 {
             for (w_side, contract_attr) in [(1usize, "rhs_contracting_dimensions"), (0, "lhs_contracting_dimensions")] {
-                let (w, act) = (d.operands[w_side], d.operands[1 - w_side]);
+                let (w, act) = (d.operands()[w_side], d.operands()[1 - w_side]);
                 let Some((i, transposed)) = source(w) else { continue };
                 let Some(&[c @ (0 | 1)]) = d.attrs.ints(contract_attr) else { continue };
                 // The weight's own contracted dim (through an odd number of transposes of a
@@ -436,14 +436,14 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
                     out.push((i, dim));
                 }
                 if !row {
-                    split.extend(d.results.iter().copied());
+                    split.extend(d.results().iter().copied());
                 }
                 handled = true;
                 break;
             }
         }
-        if !handled && d.operands.iter().any(|v| split.contains(v)) {
-            split.extend(d.results.iter().copied());
+        if !handled && d.operands().iter().any(|v| split.contains(v)) {
+            split.extend(d.results().iter().copied());
         }
     }
     out
@@ -779,7 +779,7 @@ impl<'c> ShardedRunner<'c> {
             .map(|(name, ty)| crate::exec::ArgSpec { name: name.clone(), kind: tpuc_ir::ArgKind::UserInput, ty: ty.clone() })
             .collect();
         let no_weights = BTreeMap::new();
-        let inner = MultiDevice::with_specs(compiled, specs, sig.results.clone(), &no_weights, n, &format!("the mesh has {n}"), Piece::Shard(sharding))?;
+        let inner = MultiDevice::with_specs(compiled, specs, sig.results.to_vec(), &no_weights, n, &format!("the mesh has {n}"), Piece::Shard(sharding))?;
         Ok(ShardedRunner { inner, sharding: sharding.clone() })
     }
 

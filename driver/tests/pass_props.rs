@@ -56,7 +56,7 @@ fn build(steps: &[Step]) -> Module {
     let f32t = |d: &[i64]| TensorType::from_static(DType::F32, d);
     let info = |n: &str| tpuc_ir::ArgInfo { kind: tpuc_ir::ArgKind::UserInput, name: n.to_string() };
     let (_, block) = m.add_func("main", vec![(f32t(&[4, 6]), info("x")), (f32t(&[4, 6]), info("y")), (f32t(&[6]), info("v"))]);
-    let mut pool: Vec<ValueId> = m.blocks[block].args.clone();
+    let mut pool: Vec<ValueId> = m.blocks[block].args().to_vec();
     let mut b = Builder::new(&mut m, block);
     let dims = |b: &Builder, v: ValueId| b.ty(v).static_dims().unwrap();
     let pick = |pool: &[ValueId], i: usize| pool[i % pool.len()];

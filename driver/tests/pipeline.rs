@@ -88,7 +88,7 @@ fn f64_and_i64_fixtures_compile_for_tpu_with_a_note() {
         // The signature keeps PyTorch's dtypes.
         let main = lowered.module.main_func().unwrap();
         let entry = lowered.module.entry_block(main);
-        let arg0 = lowered.module.values[lowered.module.blocks[entry].args.last().copied().unwrap()].ty.dtype;
+        let arg0 = lowered.module.values[lowered.module.blocks[entry].args().last().copied().unwrap()].ty.dtype;
         assert!(matches!(arg0, tpuc_ir::DType::F64 | tpuc_ir::DType::I64), "{}: {arg0}", f.name);
         exec::check_target_support(&lowered.module, Target::Tpu).unwrap();
         let req = CompileRequest { target: Target::Tpu, topology: Some("v5e:2x2".into()), ..Default::default() };

@@ -396,7 +396,7 @@ pub(crate) fn import_program(
     }
 
     let (fi, block) = module.add_func("main", args);
-    let block_args = module.blocks[block].args.clone();
+    let block_args = module.blocks[block].args().to_vec();
     let mut sym_args = HashMap::new();
     for (i, n) in arg_names.iter().enumerate() {
         let Some(&v) = block_args.get(i) else { continue };
@@ -625,7 +625,7 @@ impl Walk<'_, '_> {
         if let Some(p) = scope {
             // Ops are allocated in order: those from first_op on are this node's.
             for d in self.module.ops.values_mut().skip(first_op) {
-                if d.opcode.has_matmul_precision() {
+                if d.opcode().has_matmul_precision() {
                     d.attrs.set("precision_scope", tpuc_ir::AttrEnum::attr(p));
                 }
             }

@@ -29,7 +29,7 @@ fn every_fixture_imports_with_matching_signature() {
         let f = imp.module.main_func().unwrap();
         assert_eq!(f.name, "main");
         let block = imp.module.entry_block(f);
-        let args = &imp.module.blocks[block].args;
+        let args = &imp.module.blocks[block].args();
 
         // user inputs, in order, against the .npy inputs
         let user: Vec<usize> = (0..f.args.len()).filter(|&i| f.args[i].kind == ArgKind::UserInput).collect();
@@ -55,8 +55,8 @@ fn every_fixture_imports_with_matching_signature() {
         // outputs against the expected .npy files (None outputs of backward graphs included)
         assert_eq!(imp.outputs.len(), e.expected.len(), "{}: outputs", e.name);
         let ret = imp.module.terminator(block).unwrap();
-        let results = imp.module.op(ret).operands.clone();
-        assert_eq!(results.len(), f.results.len());
+        let results = imp.module.op(ret).operands().to_vec();
+        assert_eq!(results.len(), f.results().len());
         for (k, (slot, want)) in imp.outputs.iter().zip(&e.expected).enumerate() {
             match (slot, want) {
                 (OutputSlot::Result(r), Some(p)) => {
@@ -64,7 +64,7 @@ fn every_fixture_imports_with_matching_signature() {
                     let ty = imp.module.value_type(results[*r]);
                     assert_eq!(ty.dtype, npy.ty.dtype, "{}: output {k} dtype", e.name);
                     assert_eq!(ty.rank(), npy.ty.rank(), "{}: output {k} rank", e.name);
-                    assert_eq!(f.results[*r].kind, ResultKind::UserOutput);
+                    assert_eq!(f.results()[*r].kind, ResultKind::UserOutput);
                 }
                 (OutputSlot::Const(ConstValue::None), None) => {}
                 other => panic!("{}: output {k}: {other:?}", e.name),
@@ -72,7 +72,7 @@ fn every_fixture_imports_with_matching_signature() {
         }
         // every op carries provenance
         for op in imp.module.ops_in(block) {
-            if imp.module.op(op).opcode != tpuc_ir::Opcode::Return {
+            if imp.module.op(op).opcode() != tpuc_ir::Opcode::Return {
                 let loc = imp.module.loc(op).unwrap_or_else(|| panic!("{}: op without loc", e.name));
                 assert!(loc.target.starts_with("torch.ops.") || loc.target.starts_with("_operator."), "{loc:?}");
             }
@@ -99,7 +99,7 @@ fn mlp_signature_and_weight_bytes() {
     );
     assert_eq!(imp.inputs, (0..5).map(InputSlot::Arg).collect::<Vec<_>>());
     assert_eq!(imp.outputs, vec![OutputSlot::Result(0)]);
-    assert_eq!(f.results[0].kind, ResultKind::UserOutput);
+    assert_eq!(f.results()[0].kind, ResultKind::UserOutput);
     assert!(imp.torch_version.as_deref().unwrap_or("").starts_with("2."));
 
     // fc1.weight is weight_0 per the weights config; same bytes, and a slice of the input
@@ -128,7 +128,7 @@ fn buffers_and_symbolic_batch() {
     assert_eq!(syms.len(), 1);
     assert_eq!((syms[0].min, syms[0].max), (2, Some(64)));
     let f = dynm.module.main_func().unwrap();
-    let x = dynm.module.blocks[dynm.module.entry_block(f)].args[4];
+    let x = dynm.module.blocks[dynm.module.entry_block(f)].args()[4];
     assert_eq!(dynm.module.value_type(x).dims[0], Dim::symbol(&syms[0].name));
     let text = tpuc_ir::print_module(&dynm.module);
     let back = tpuc_ir::parse_module(&text).unwrap();

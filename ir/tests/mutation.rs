@@ -56,7 +56,7 @@ impl World {
         let t = TensorType::from_static(DType::F32, &[4]);
         let mut m = Module::new();
         let (_, block) = m.add_func("main", vec![(t, ArgInfo { kind: ArgKind::UserInput, name: "x".into() })]);
-        let x = m.blocks[block].args[0];
+        let x = m.blocks[block].args()[0];
         let ret = m.create_op(Opcode::Return, &[x], Attrs::new(), Some(&[]), &[]).unwrap();
         m.append_op(block, ret);
         World { m, block, order: Vec::new(), ret, x }
@@ -64,7 +64,7 @@ impl World {
 
     /// Values defined before position `pos` (the argument and earlier results).
     fn values_before(&self, pos: usize) -> Vec<ValueId> {
-        std::iter::once(self.x).chain(self.order[..pos].iter().map(|&o| self.m.ops[o].results[0])).collect()
+        std::iter::once(self.x).chain(self.order[..pos].iter().map(|&o| self.m.ops[o].results()[0])).collect()
     }
 
     fn new_neg(&mut self, pos: usize, a: usize) -> OpId {
@@ -83,7 +83,7 @@ impl World {
 
     /// Positions at or after which `v` is used (the first use), if any.
     fn first_use(&self, v: ValueId) -> Option<usize> {
-        self.order.iter().position(|&o| self.m.ops[o].operands.contains(&v))
+        self.order.iter().position(|&o| self.m.ops[o].operands().contains(&v))
     }
 
     fn apply(&mut self, e: &Edit) {
@@ -106,9 +106,9 @@ impl World {
                 // user and no earlier than its operand's definition.
                 let i = at % n;
                 let op = self.order[i];
-                let operand = self.m.ops[op].operands[0];
-                let lo = self.order.iter().position(|&o| self.m.ops[o].results[0] == operand).map_or(0, |p| p + 1);
-                let r = self.m.ops[op].results[0];
+                let operand = self.m.ops[op].operands()[0];
+                let lo = self.order.iter().position(|&o| self.m.ops[o].results()[0] == operand).map_or(0, |p| p + 1);
+                let r = self.m.ops[op].results()[0];
                 let hi = self.first_use(r).unwrap_or(n);
                 self.m.detach_op(op);
                 self.order.remove(i);
@@ -119,7 +119,7 @@ impl World {
             Edit::Move { .. } => {}
             Edit::Erase { at } if n > 0 => {
                 let op = self.order[at % n];
-                if !self.m.has_uses(self.m.ops[op].results[0]) {
+                if !self.m.has_uses(self.m.ops[op].results()[0]) {
                     self.m.erase_op(op);
                     self.order.retain(|&o| o != op);
                 }
@@ -138,7 +138,7 @@ impl World {
                 if to_pos == from_pos {
                     return;
                 }
-                let (fv, tv) = (self.m.ops[self.order[from_pos]].results[0], self.m.ops[self.order[to_pos]].results[0]);
+                let (fv, tv) = (self.m.ops[self.order[from_pos]].results()[0], self.m.ops[self.order[to_pos]].results()[0]);
                 if matches!(e, Edit::ReplaceAll { .. }) {
                     self.m.replace_all_uses(fv, tv);
                 } else {
@@ -166,7 +166,7 @@ impl World {
         // Use lists against a recount from the operands.
         let mut uses: HashMap<ValueId, Vec<(OpId, u32)>> = HashMap::new();
         for &op in &want {
-            for (i, &v) in self.m.ops[op].operands.iter().enumerate() {
+            for (i, &v) in self.m.ops[op].operands().iter().enumerate() {
                 uses.entry(v).or_default().push((op, i as u32));
             }
         }

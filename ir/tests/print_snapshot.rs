@@ -22,7 +22,7 @@ fn mlp() -> Module {
         arg(DType::F32, vec![st(10)], ArgKind::Parameter, "fc2.bias"),
     ];
     let (fi, block) = m.add_func("main", args);
-    let a = m.blocks[block].args.clone();
+    let a = m.blocks[block].args().to_vec();
     let mut bd = Builder::new(&mut m, block);
 
     let linear = |bd: &mut Builder, node: &str, line: u32, x: ValueId, w: ValueId, bias: ValueId| {

@@ -387,7 +387,7 @@ fn gen_module(choices: &[u64]) -> Module {
             })
             .collect();
         let (fidx, block) = m.add_func(&name, args);
-        let mut vals = m.blocks[block].args.clone();
+        let mut vals = m.blocks[block].args().to_vec();
         let mut locs: Vec<LocId> = Vec::new();
         let mut b = Builder::new(&mut m, block);
         for _ in 0..g.below(20) {
@@ -488,7 +488,7 @@ proptest! {
         for (f, g) in parsed.funcs.iter().zip(&m.funcs) {
             prop_assert_eq!(&f.name, &g.name);
             prop_assert_eq!(&f.args, &g.args);
-            prop_assert_eq!(&f.results, &g.results);
+            prop_assert_eq!(&f.results(), &g.results());
         }
     }
 }
@@ -644,7 +644,7 @@ fn large_u64_splat_and_results_without_metadata_round_trip() {
     let text = "module {\n  func @main() -> (tensor<2xu64>) {\n    %0 = constant {value = dense<18446744073709551615> : tensor<2xu64>} : tensor<2xu64>\n    return %0\n  }\n}\n";
     let m = parse_module(text).unwrap();
     verify(&m).unwrap();
-    assert!(m.funcs[0].results.is_empty());
+    assert!(m.funcs[0].results().is_empty());
     assert_eq!(print_module(&m), text);
 }
 

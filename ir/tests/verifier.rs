@@ -107,7 +107,7 @@ fn each_broken_rule_is_reported() {
 fn use_before_definition() {
     let mut m = Module::new();
     let (_, block) = m.add_func("main", vec![(TensorType::from_static(DType::F32, &[4]), ArgInfo { kind: ArgKind::UserInput, name: "x".into() })]);
-    let x = m.blocks[block].args[0];
+    let x = m.blocks[block].args()[0];
     let mut b = Builder::new(&mut m, block);
     let y = b.unary(Opcode::Neg, x).unwrap();
     let z = b.unary(Opcode::Exp, y).unwrap();
@@ -148,5 +148,5 @@ fn errors_name_their_op() {
     let m = parse_module(&module("    %1 = neg %0 : tensor<5xf32>\n    return %1")).unwrap();
     let errs = verify(&m).unwrap_err();
     let op = errs[0].op.expect("the error names its op");
-    assert_eq!(m.op(op).opcode, Opcode::Neg);
+    assert_eq!(m.op(op).opcode(), Opcode::Neg);
 }

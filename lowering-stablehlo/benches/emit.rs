@@ -21,7 +21,7 @@ fn bench(c: &mut Criterion) {
     let (_, block) = cm.add_func("main", vec![]);
     let op = cm.create_op(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data)), None, &[]).unwrap();
     cm.append_op(block, op);
-    let v = cm.ops[op].results[0];
+    let v = cm.ops[op].results()[0];
     let ret = cm.create_op(Opcode::Return, &[v], Attrs::new(), Some(&[]), &[]).unwrap();
     cm.append_op(block, ret);
     let mut g = c.benchmark_group("emit/constant_16MiB");

@@ -79,7 +79,7 @@ impl Emitter<'_> {
         let m = self.m;
         let d = m.op(op);
         let name = d.attrs.str("name").unwrap_or("tpuc.composite").to_string();
-        let block = m.regions[d.regions[0]].blocks[0];
+        let block = m.regions[d.regions()[0]].blocks()[0];
 
         // The decomposition, into a side buffer with its own SSA numbering.
         let saved_out = std::mem::take(&mut self.out);
@@ -88,7 +88,7 @@ impl Emitter<'_> {
         self.out.push_str("  func.func private ");
         self.out.push_str(NAME_MARK);
         self.out.push('(');
-        for (i, &a) in m.blocks[block].args.iter().enumerate() {
+        for (i, &a) in m.blocks[block].args().iter().enumerate() {
             if i > 0 {
                 self.out.push_str(", ");
             }
@@ -98,7 +98,7 @@ impl Emitter<'_> {
             self.ty(&t);
         }
         self.out.push_str(") -> (");
-        for (i, &r) in d.results.iter().enumerate() {
+        for (i, &r) in d.results().iter().enumerate() {
             if i > 0 {
                 self.out.push_str(", ");
             }
@@ -110,14 +110,14 @@ impl Emitter<'_> {
         let mut result = Ok(());
         for inner in m.ops_in(block) {
             self.set_op(inner);
-            if m.op(inner).opcode == Opcode::Yield {
+            if m.op(inner).opcode() == Opcode::Yield {
                 self.out.push_str("    return");
-                for (i, &v) in m.op(inner).operands.iter().enumerate() {
+                for (i, &v) in m.op(inner).operands().iter().enumerate() {
                     self.out.push_str(if i == 0 { " " } else { ", " });
                     let n = self.get(v);
                     self.val(n);
                 }
-                for (i, &v) in m.op(inner).operands.iter().enumerate() {
+                for (i, &v) in m.op(inner).operands().iter().enumerate() {
                     self.out.push_str(if i == 0 { " : " } else { ", " });
                     let t = self.ty_of(v);
                     self.ty(&t);
@@ -151,7 +151,7 @@ impl Emitter<'_> {
         };
 
         // The call.
-        let n = d.results.len();
+        let n = d.results().len();
         let results: SmallVec<[V; 3]> = if n == 1 {
             smallvec::smallvec![self.def()]
         } else {
@@ -160,7 +160,7 @@ impl Emitter<'_> {
         };
         self.s("stablehlo.composite ");
         write_str_lit(&mut self.out, &name);
-        for (i, &v) in d.operands.iter().enumerate() {
+        for (i, &v) in d.operands().iter().enumerate() {
             self.s(if i == 0 { " " } else { ", " });
             let x = self.get(v);
             self.val(x);
@@ -180,7 +180,7 @@ impl Emitter<'_> {
         self.s("decomposition = ");
         write_symbol(&mut self.out, &fname);
         self.s("} : (");
-        for (i, &v) in d.operands.iter().enumerate() {
+        for (i, &v) in d.operands().iter().enumerate() {
             if i > 0 {
                 self.s(", ");
             }
@@ -191,7 +191,7 @@ impl Emitter<'_> {
         if n != 1 {
             self.s("(");
         }
-        for (i, &r) in d.results.iter().enumerate() {
+        for (i, &r) in d.results().iter().enumerate() {
             if i > 0 {
                 self.s(", ");
             }

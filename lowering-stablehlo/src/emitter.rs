@@ -99,7 +99,7 @@ pub(crate) fn check_static(m: &Module) -> Result<(), EmitError> {
     }
     for f in &m.funcs {
         let entry = m.entry_block(f);
-        for (i, &a) in m.blocks[entry].args.iter().enumerate() {
+        for (i, &a) in m.blocks[entry].args().iter().enumerate() {
             if let Some(d) = sym(m.value_type(a)) {
                 let name = f
                     .args
@@ -114,23 +114,23 @@ pub(crate) fn check_static(m: &Module) -> Result<(), EmitError> {
         let mut stack: Vec<OpId> = m.ops_in(entry).rev().collect();
         while let Some(op) = stack.pop() {
             let d = m.op(op);
-            for &r in &d.results {
+            for &r in d.results() {
                 if let Some(dim) = sym(m.value_type(r)) {
                     return Err(EmitError::DynamicDim {
                         dim: dim.to_string(),
-                        context: format!("result of `{}`{}", d.opcode, op_context(m, op)),
+                        context: format!("result of `{}`{}", d.opcode(), op_context(m, op)),
                     });
                 }
             }
-            for &region in &d.regions {
-                for &b in &m.regions[region].blocks {
-                    for &a in &m.blocks[b].args {
+            for &region in d.regions() {
+                for &b in m.regions[region].blocks() {
+                    for &a in m.blocks[b].args() {
                         if let Some(dim) = sym(m.value_type(a)) {
                             return Err(EmitError::DynamicDim {
                                 dim: dim.to_string(),
                                 context: format!(
                                     "region argument of `{}`{}",
-                                    d.opcode,
+                                    d.opcode(),
                                     op_context(m, op)
                                 ),
                             });
@@ -197,7 +197,7 @@ impl<'m> Emitter<'m> {
         let constant_bytes: usize = m
             .ops
             .values()
-            .filter(|o| o.opcode == Opcode::Constant && o.block.is_some())
+            .filter(|o| o.opcode() == Opcode::Constant && o.block().is_some())
             .filter_map(|o| o.attrs.tensor("value"))
             .map(|t| if t.is_splat() { 0 } else { t.raw_bytes().len() })
             .sum();
@@ -320,7 +320,7 @@ impl<'m> Emitter<'m> {
         });
         write_symbol(&mut self.out, if is_main { "main" } else { &f.name });
         self.out.push('(');
-        for (i, &a) in m.blocks[entry].args.iter().enumerate() {
+        for (i, &a) in m.blocks[entry].args().iter().enumerate() {
             if i > 0 {
                 self.out.push_str(", ");
             }
@@ -346,8 +346,8 @@ impl<'m> Emitter<'m> {
             }
         }
         self.out.push(')');
-        let ret = m.terminator(entry).filter(|&o| m.op(o).opcode == Opcode::Return);
-        let ret_vals: &[ValueId] = ret.map_or(&[], |o| &m.op(o).operands);
+        let ret = m.terminator(entry).filter(|&o| m.op(o).opcode() == Opcode::Return);
+        let ret_vals: &[ValueId] = ret.map_or(&[], |o| m.op(o).operands());
         if !ret_vals.is_empty() {
             self.out.push_str(" -> (");
             for (i, &v) in ret_vals.iter().enumerate() {
@@ -356,7 +356,7 @@ impl<'m> Emitter<'m> {
                 }
                 let t = self.ty_of(v);
                 self.ty(&t);
-                if let Some(info) = f.results.get(i) {
+                if let Some(info) = f.results().get(i) {
                     let _ = write!(
                         self.out,
                         " {{tpuc.kind = \"{}\", tpuc.name = ",
@@ -379,15 +379,15 @@ impl<'m> Emitter<'m> {
         self.depth = 2;
         for op in m.ops_in(entry) {
             self.set_op(op);
-            if m.op(op).opcode == Opcode::Return {
+            if m.op(op).opcode() == Opcode::Return {
                 self.indent();
                 self.out.push_str("return");
-                for (i, &v) in m.op(op).operands.iter().enumerate() {
+                for (i, &v) in m.op(op).operands().iter().enumerate() {
                     self.out.push_str(if i == 0 { " " } else { ", " });
                     let n = self.get(v);
                     self.val(n);
                 }
-                for (i, &v) in m.op(op).operands.iter().enumerate() {
+                for (i, &v) in m.op(op).operands().iter().enumerate() {
                     self.out.push_str(if i == 0 { " : " } else { ", " });
                     let t = self.ty_of(v);
                     self.ty(&t);
@@ -440,7 +440,7 @@ impl<'m> Emitter<'m> {
     pub fn unsupported(&self, reason: impl Into<String>) -> EmitError {
         let op = self.cur_op.expect("lowering an op");
         EmitError::Unsupported {
-            opcode: self.m.op(op).opcode,
+            opcode: self.m.op(op).opcode(),
             context: op_context(self.m, op),
             reason: reason.into(),
         }

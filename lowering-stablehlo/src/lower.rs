@@ -30,15 +30,15 @@ impl Emitter<'_> {
         let m = self.m;
         let d = m.op(op);
         let a = &d.attrs;
-        let xs: SmallVec<[V; 4]> = d.operands.iter().map(|&v| self.get(v)).collect();
-        let ts: SmallVec<[Ty; 4]> = d.operands.iter().map(|&v| self.ty_of(v)).collect();
+        let xs: SmallVec<[V; 4]> = d.operands().iter().map(|&v| self.get(v)).collect();
+        let ts: SmallVec<[Ty; 4]> = d.operands().iter().map(|&v| self.ty_of(v)).collect();
         let rt = d
-            .results
+            .results()
             .first()
             .map(|&r| self.ty_of(r))
             .unwrap_or_else(|| Ty::scalar(DType::F32));
         use Opcode::*;
-        let results: Results = match d.opcode {
+        let results: Results = match d.opcode() {
             Constant => {
                 let data = a.tensor("value").expect("verified constant has a value");
                 smallvec![self.constant(data, &rt)]
@@ -62,7 +62,7 @@ impl Emitter<'_> {
             }
             Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos
             | Tan | Floor | Ceil | RoundEven | Sign | Not => {
-                let name = match d.opcode {
+                let name = match d.opcode() {
                     Abs => "abs",
                     Neg => "negate",
                     Exp => "exponential",
@@ -101,7 +101,7 @@ impl Emitter<'_> {
                 &rt,
             )],
             Qr => {
-                let t1 = self.ty_of(d.results[1]);
+                let t1 = self.ty_of(d.results()[1]);
                 let n = self.custom_call("Qr", &xs, &ts, &[&rt, &t1], None);
                 smallvec![V::Res(n, 0), V::Res(n, 1)]
             }
@@ -110,7 +110,7 @@ impl Emitter<'_> {
                 smallvec![V::Res(n, 0)]
             }
             Eigh => {
-                let t1 = self.ty_of(d.results[1]);
+                let t1 = self.ty_of(d.results()[1]);
                 // lower, sort_eigenvalues, max sweeps, tolerance (XLA's Jacobi defaults).
                 let lower = a.bool("lower").unwrap_or(true);
                 let cfg = format!("{},1,100,1e-6", u8::from(lower));
@@ -131,7 +131,7 @@ impl Emitter<'_> {
                 smallvec![self.fft(xs[0], name, ints(a, "fft_length"), &ts[0], &rt)]
             }
             Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
-                let name = match d.opcode {
+                let name = match d.opcode() {
                     Erfc => "erfc",
                     ErfInv => "erf_inv",
                     Lgamma => "lgamma",
@@ -149,7 +149,7 @@ impl Emitter<'_> {
 
             Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Atan2 => {
                 let name = if rt.dt.is_bool() {
-                    match d.opcode {
+                    match d.opcode() {
                         Add | Max | Or => "or",
                         Mul | Min | And => "and",
                         Xor => "xor",
@@ -160,7 +160,7 @@ impl Emitter<'_> {
                         }
                     }
                 } else {
-                    match d.opcode {
+                    match d.opcode() {
                         Add => "add",
                         Sub => "subtract",
                         Mul => "multiply",
@@ -225,7 +225,7 @@ impl Emitter<'_> {
             Reduce => {
                 smallvec![self.reduce(xs[0], &ts[0], enum_attr(a, "kind"), ints(a, "dimensions"), &rt)?]
             }
-            AllReduce | AllGather | ReduceScatter | AllToAll => smallvec![self.collective(d.opcode, xs[0], &ts[0], a, &rt)?],
+            AllReduce | AllGather | ReduceScatter | AllToAll => smallvec![self.collective(d.opcode(), xs[0], &ts[0], a, &rt)?],
             CollectiveBroadcast => smallvec![self.collective_broadcast(xs[0], &ts[0], a)?],
             ArgReduce => smallvec![self.arg_reduce(
                 xs[0],
@@ -276,7 +276,7 @@ impl Emitter<'_> {
             Composite => self.composite(op)?,
             Return | Yield => return Err(self.unsupported("terminator outside its place")),
         };
-        for (&r, &v) in d.results.iter().zip(results.iter()) {
+        for (&r, &v) in d.results().iter().zip(results.iter()) {
             self.set(r, v);
         }
         Ok(())

@@ -138,7 +138,7 @@ fn output_is_deterministic_and_independent_of_arena_contents() {
     assert_eq!(a, b);
     // Dead ops left in the arenas (detached by a pass) and a clone change nothing.
     let mut m = parse_module(MLP).unwrap();
-    let x = m.blocks[m.entry_block(&m.funcs[0])].args[0];
+    let x = m.blocks[m.entry_block(&m.funcs[0])].args()[0];
     let dead = m
         .create_op(Opcode::Neg, &[x], Attrs::new(), None, &[])
         .unwrap();

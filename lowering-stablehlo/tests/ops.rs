@@ -410,7 +410,7 @@ fn every_opcode_is_covered() {
     for (name, ir) in cases() {
         let m = tpuc_ir::parse_module(&ir).unwrap_or_else(|e| panic!("{name}: {e}"));
         for (_, op) in m.ops.iter() {
-            seen.insert(op.opcode);
+            seen.insert(op.opcode());
         }
     }
     let missing: Vec<_> = Opcode::ALL

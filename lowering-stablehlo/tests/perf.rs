@@ -30,7 +30,7 @@ fn constant_module(n: usize) -> tpuc_ir::Module {
     m.append_op(block, op);
     let loc = m.add_loc(Loc::new("w", "weight", None));
     m.set_loc(op, Some(loc));
-    let c = m.ops[op].results[0];
+    let c = m.ops[op].results()[0];
     let ret = m.create_op(Opcode::Return, &[c], Attrs::new(), Some(&[]), &[]).unwrap();
     m.append_op(block, ret);
     m

@@ -25,10 +25,10 @@ impl Pass for Bf16Matmuls {
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !matches!(d.opcode, Opcode::DotGeneral | Opcode::Convolution) || d.attrs.get("precision_scope").is_some() {
+                if !matches!(d.opcode(), Opcode::DotGeneral | Opcode::Convolution) || d.attrs.get("precision_scope").is_some() {
                     continue;
                 }
-                let (l, r) = (d.operands[0], d.operands[1]);
+                let (l, r) = (d.operands()[0], d.operands()[1]);
                 if m.values[l].ty.dtype != DType::F32 || m.values[r].ty.dtype != DType::F32 {
                     continue;
                 }

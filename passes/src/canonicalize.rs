@@ -49,8 +49,8 @@ impl Worklist {
 /// Runs `op`'s rules; when one fires, queues what the rewrite touched (see the module doc).
 fn visit(m: &mut Module, op: OpId, work: &mut Worklist) -> Result<bool, PassError> {
     let d = m.op(op);
-    let users: Vec<OpId> = d.results.iter().flat_map(|&r| m.users(r)).collect();
-    let producers: Vec<OpId> = d.operands.iter().filter_map(|&v| m.defining_op(v)).collect();
+    let users: Vec<OpId> = d.results().iter().flat_map(|&r| m.users(r)).collect();
+    let producers: Vec<OpId> = d.operands().iter().filter_map(|&v| m.defining_op(v)).collect();
     let first_new = m.ops.len();
     if !rewrite(m, op)? {
         return Ok(false);
@@ -60,8 +60,8 @@ fn visit(m: &mut Module, op: OpId, work: &mut Worklist) -> Result<bool, PassErro
     for &o in created.iter().rev().chain(producers.iter().rev()).chain(users.iter().rev()) {
         work.push(o);
     }
-    if m.op(op).block.is_some() {
-        for &r in m.op(op).results.clone().iter() {
+    if m.op(op).block().is_some() {
+        for &r in m.op(op).results().to_vec().iter() {
             for u in m.users(r).collect::<Vec<_>>() {
                 work.push(u);
             }
@@ -84,7 +84,7 @@ pub fn canonicalize(m: &mut Module) -> Result<bool, PassError> {
         work.push(op);
     }
     while let Some(op) = work.pop() {
-        if m.op(op).block.is_some() {
+        if m.op(op).block().is_some() {
             changed |= visit(m, op, &mut work)?;
         }
     }
@@ -92,8 +92,8 @@ pub fn canonicalize(m: &mut Module) -> Result<bool, PassError> {
     // edges cover every rule, so it must find nothing.
     if cfg!(debug_assertions) {
         for op in program_order(m) {
-            if m.op(op).block.is_some() && rewrite(m, op)? {
-                panic!("canonicalize: the worklist missed a rewrite of `{}`", m.op(op).opcode.name());
+            if m.op(op).block().is_some() && rewrite(m, op)? {
+                panic!("canonicalize: the worklist missed a rewrite of `{}`", m.op(op).opcode().name());
             }
         }
     }

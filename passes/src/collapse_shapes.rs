@@ -44,16 +44,16 @@ enum Rewrite {
 fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
     use Opcode::*;
     let d = &m.ops[op];
-    let x = *d.operands.first()?;
-    let rt = &m.values[*d.results.first()?].ty;
-    match d.opcode {
+    let x = *d.operands().first()?;
+    let rt = &m.values[*d.results().first()?].ty;
+    match d.opcode() {
         Reshape => {
             if let Some(inner) = def_is(m, x, Reshape) {
-                let y = m.ops[inner].operands[0];
+                let y = m.ops[inner].operands()[0];
                 return Some(if m.values[y].ty == *rt { Rewrite::Value(y) } else { Rewrite::New(Reshape, y, Attrs::new()) });
             }
             if let Some(b) = def_is(m, x, BroadcastInDim) {
-                let s = m.ops[b].operands[0];
+                let s = m.ops[b].operands()[0];
                 if m.values[s].ty.rank() == 0 {
                     return Some(Rewrite::New(BroadcastInDim, s, ints_attr("broadcast_dimensions", vec![])));
                 }
@@ -67,7 +67,7 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
             }
             if let Some(inner) = def_is(m, x, Transpose) {
                 let p1 = m.ops[inner].attrs.ints("permutation")?;
-                let y = m.ops[inner].operands[0];
+                let y = m.ops[inner].operands()[0];
                 let q: Vec<i64> = p.iter().map(|&i| p1[i as usize]).collect();
                 if q.iter().enumerate().all(|(i, &v)| v == i as i64) {
                     return Some(Rewrite::Value(y));
@@ -75,7 +75,7 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
                 return Some(Rewrite::New(Transpose, y, ints_attr("permutation", q)));
             }
             if let Some(b) = def_is(m, x, BroadcastInDim) {
-                let s = m.ops[b].operands[0];
+                let s = m.ops[b].operands()[0];
                 let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
                 let mut pinv = vec![0i64; p.len()];
                 for (i, &src) in p.iter().enumerate() {
@@ -97,13 +97,13 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
         BroadcastInDim => {
             let bd = d.attrs.ints("broadcast_dimensions")?;
             if let Some(inner) = def_is(m, x, BroadcastInDim) {
-                let y = m.ops[inner].operands[0];
+                let y = m.ops[inner].operands()[0];
                 let bd1 = m.ops[inner].attrs.ints("broadcast_dimensions")?;
                 let nd: Vec<i64> = bd1.iter().map(|&j| bd[j as usize]).collect();
                 return Some(Rewrite::New(BroadcastInDim, y, ints_attr("broadcast_dimensions", nd)));
             }
             if let Some(inner) = def_is(m, x, Reshape) {
-                let y = m.ops[inner].operands[0];
+                let y = m.ops[inner].operands()[0];
                 let (yd, xd) = (&m.values[y].ty.dims, &m.values[x].ty.dims);
                 if yd.iter().any(|d| d.is_one()) {
                     return None;
@@ -128,9 +128,9 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
 /// with the batch dims as free lhs dims. Returns the new rhs contracting dims.
 fn unbroadcast_dot_rhs(m: &Module, op: OpId) -> Option<(ValueId, Vec<i64>)> {
     let d = &m.ops[op];
-    let rhs = d.operands[1];
+    let rhs = d.operands()[1];
     let b = def_is(m, rhs, Opcode::BroadcastInDim)?;
-    let w = m.ops[b].operands[0];
+    let w = m.ops[b].operands()[0];
     let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
     let (lb, rb) = (d.attrs.ints("lhs_batching_dimensions")?, d.attrs.ints("rhs_batching_dimensions")?);
     let rc = d.attrs.ints("rhs_contracting_dimensions")?;
@@ -155,7 +155,7 @@ fn unbroadcast_dot_rhs(m: &Module, op: OpId) -> Option<(ValueId, Vec<i64>)> {
 
 /// Applies the first rule that fits `op`; returns whether one did.
 pub fn collapse_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
-    if m.ops[op].opcode == Opcode::DotGeneral {
+    if m.ops[op].opcode() == Opcode::DotGeneral {
         let Some((w, nc)) = unbroadcast_dot_rhs(m, op) else { return Ok(false) };
         m.set_operand(op, 1, w);
         let d = &mut m.ops[op];
@@ -168,7 +168,7 @@ pub fn collapse_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
     let v = match rw {
         Rewrite::Value(v) => v,
         Rewrite::New(opcode, x, attrs) => {
-            let rt = m.values[m.ops[op].results[0]].ty.clone();
+            let rt = m.values[m.ops[op].results()[0]].ty.clone();
             let given = if opcode == Opcode::Transpose { None } else { Some(rt) };
             Inserter::before(m, op).build1(opcode, &[x], attrs, given).map_err(|e| crate::failed("collapse-shapes", e))?
         }
@@ -186,7 +186,7 @@ impl Pass for CollapseShapes {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].block == Some(b) {
+                if m.ops[op].block() == Some(b) {
                     changed |= collapse_op(m, op)?;
                 }
             }

@@ -56,20 +56,20 @@ fn hash_attrs(a: &Attrs, h: &mut impl Hasher) {
 /// The operands in a canonical order (sorted for commutative ops), without allocating.
 fn operands_key(m: &Module, op: OpId) -> SmallVec<[ValueId; 4]> {
     let d = &m.ops[op];
-    let mut ops: SmallVec<[ValueId; 4]> = d.operands.iter().copied().collect();
-    if d.opcode.has_trait(COMMUTATIVE) {
+    let mut ops: SmallVec<[ValueId; 4]> = d.operands().iter().copied().collect();
+    if d.opcode().has_trait(COMMUTATIVE) {
         ops.sort();
     }
     ops
 }
 
 fn result_types(m: &Module, op: OpId) -> impl Iterator<Item = &TensorType> + '_ {
-    m.ops[op].results.iter().map(|&r| &m.values[r].ty)
+    m.ops[op].results().iter().map(|&r| &m.values[r].ty)
 }
 
 fn same(m: &Module, a: OpId, b: OpId) -> bool {
     let (da, db) = (&m.ops[a], &m.ops[b]);
-    da.opcode == db.opcode
+    da.opcode() == db.opcode()
         && operands_key(m, a) == operands_key(m, b)
         && result_types(m, a).eq(result_types(m, b))
         && attrs_eq(&da.attrs, &db.attrs)
@@ -86,11 +86,11 @@ impl Pass for Cse {
             let mut seen: HashMap<u64, SmallVec<[OpId; 1]>> = HashMap::new();
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !d.opcode.is_pure() || d.opcode.is_terminator() || !d.regions.is_empty() || d.results.is_empty() {
+                if !d.opcode().is_pure() || d.opcode().is_terminator() || !d.regions().is_empty() || d.results().is_empty() {
                     continue;
                 }
                 let mut h = std::collections::hash_map::DefaultHasher::new();
-                d.opcode.hash(&mut h);
+                d.opcode().hash(&mut h);
                 operands_key(m, op).hash(&mut h);
                 for t in result_types(m, op) {
                     t.hash(&mut h);
@@ -100,7 +100,7 @@ impl Pass for Cse {
                 let bucket = seen.entry(hash).or_default();
                 if let Some(&keep) = bucket.iter().find(|&&k| same(m, k, op)) {
                     let pairs: Vec<(ValueId, ValueId)> =
-                        m.ops[op].results.iter().copied().zip(m.ops[keep].results.iter().copied()).collect();
+                        m.ops[op].results().iter().copied().zip(m.ops[keep].results().iter().copied()).collect();
                     for (from, to) in pairs {
                         m.replace_all_uses(from, to);
                     }

@@ -23,13 +23,13 @@ impl Pass for ExcessPrecision {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].opcode != Opcode::Convert || m.ops[op].block != Some(b) {
+                if m.ops[op].opcode() != Opcode::Convert || m.ops[op].block() != Some(b) {
                     continue;
                 }
-                let mid = m.ops[op].operands[0];
+                let mid = m.ops[op].operands()[0];
                 let Some(inner) = def_is(m, mid, Opcode::Convert) else { continue };
-                let x = m.ops[inner].operands[0];
-                let (a, bt, c) = (m.values[x].ty.dtype, m.values[mid].ty.dtype, m.values[m.ops[op].results[0]].ty.dtype);
+                let x = m.ops[inner].operands()[0];
+                let (a, bt, c) = (m.values[x].ty.dtype, m.values[mid].ty.dtype, m.values[m.ops[op].results()[0]].ty.dtype);
                 if a == c && a.is_float() && bt.is_float() && !exactly_representable(a, bt) {
                     crate::util::replace_op(m, op, x);
                     changed = true;

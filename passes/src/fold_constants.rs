@@ -18,24 +18,24 @@ pub struct FoldConstants;
 /// Folds `op` if it can; returns whether it did.
 pub fn fold_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
     let d = &m.ops[op];
-    if !d.opcode.is_pure()
-        || d.opcode.is_terminator()
-        || d.operands.is_empty()
-        || d.results.len() != 1
-        || !d.regions.is_empty()
-        || matches!(d.opcode, Opcode::Constant | Opcode::Composite)
+    if !d.opcode().is_pure()
+        || d.opcode().is_terminator()
+        || d.operands().is_empty()
+        || d.results().len() != 1
+        || !d.regions().is_empty()
+        || matches!(d.opcode(), Opcode::Constant | Opcode::Composite)
     {
         return Ok(false);
     }
-    let mut args = Vec::with_capacity(d.operands.len());
-    for &v in &d.operands {
+    let mut args = Vec::with_capacity(d.operands().len());
+    for &v in d.operands() {
         match constant_of(m, v) {
             Some(t) => args.push(t),
             None => return Ok(false),
         }
     }
     let Some(value) = crate::eval::eval_op(m, op, &args) else { return Ok(false) };
-    if value.ty != m.values[m.ops[op].results[0]].ty {
+    if value.ty != m.values[m.ops[op].results()[0]].ty {
         return Ok(false);
     }
     let c = Inserter::before(m, op).constant(value).map_err(|e| crate::failed("fold-constants", e))?;
@@ -52,7 +52,7 @@ impl Pass for FoldConstants {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].block == Some(b) {
+                if m.ops[op].block() == Some(b) {
                     changed |= fold_op(m, op)?;
                 }
             }

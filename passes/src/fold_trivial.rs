@@ -31,15 +31,15 @@ fn identity_perm(p: &[i64]) -> bool {
 fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
     use Opcode::*;
     let d = &m.ops[op];
-    if d.results.len() != 1 || !d.regions.is_empty() {
+    if d.results().len() != 1 || !d.regions().is_empty() {
         return Ok(None);
     }
-    let rt = m.values[d.results[0]].ty.clone();
-    let xs = d.operands.clone();
+    let rt = m.values[d.results()[0]].ty.clone();
+    let xs = d.operands().to_vec();
     let ty = |v: ValueId| &m.values[v].ty;
     let same = |v: ValueId| m.values[v].ty == rt;
-    let r = match d.opcode {
-        Add | Or if xs[0] == xs[1] && d.opcode == Or => Some(xs[0]),
+    let r = match d.opcode() {
+        Add | Or if xs[0] == xs[1] && d.opcode() == Or => Some(xs[0]),
         Add | Or => {
             if is_splat(m, xs[1], 0.0) && same(xs[0]) {
                 Some(xs[0])
@@ -50,7 +50,7 @@ fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
             }
         }
         Sub if is_splat(m, xs[1], 0.0) => Some(xs[0]),
-        Mul | And if xs[0] == xs[1] && d.opcode == And => Some(xs[0]),
+        Mul | And if xs[0] == xs[1] && d.opcode() == And => Some(xs[0]),
         // and(x, 1) of integers keeps only the lowest bit: only and(p, true) is the identity.
         And if !rt.dtype.is_bool() => None,
         Mul | And => {
@@ -70,11 +70,11 @@ fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
             Some(false) => Some(xs[2]),
             None => None,
         },
-        Neg | Not => def_is(m, xs[0], d.opcode).map(|inner| m.ops[inner].operands[0]),
+        Neg | Not => def_is(m, xs[0], d.opcode()).map(|inner| m.ops[inner].operands()[0]),
         Convert if same(xs[0]) => Some(xs[0]),
         Convert => {
             let Some(inner) = def_is(m, xs[0], Convert) else { return Ok(None) };
-            let x = m.ops[inner].operands[0];
+            let x = m.ops[inner].operands()[0];
             let (from, mid) = (ty(x).dtype, ty(xs[0]).dtype);
             if !exactly_representable(from, mid) {
                 None
@@ -126,7 +126,7 @@ impl Pass for FoldTrivial {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].block == Some(b) {
+                if m.ops[op].block() == Some(b) {
                     changed |= fold_op(m, op)?;
                 }
             }

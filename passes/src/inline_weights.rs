@@ -9,7 +9,7 @@
 
 use crate::{Pass, PassError};
 use std::collections::BTreeMap;
-use tpuc_ir::{Attr, Attrs, Module, Opcode, TensorData, ValueDef};
+use tpuc_ir::{Attr, Attrs, Module, Opcode, TensorData};
 
 pub struct InlineWeights<'w> {
     pub weights: &'w BTreeMap<String, TensorData>,
@@ -26,7 +26,7 @@ impl Pass for InlineWeights<'_> {
             return Ok(false);
         };
         let block = m.entry_block(&m.funcs[fi]);
-        let args = m.blocks[block].args.clone();
+        let args = m.blocks[block].args().to_vec();
         let infos = m.funcs[fi].args.clone();
         let mut keep_args = Vec::new();
         let mut keep_infos = Vec::new();
@@ -55,16 +55,13 @@ impl Pass for InlineWeights<'_> {
             }
             last = Some(op);
             inserted += 1;
-            let c = m.ops[op].results[0];
+            let c = m.ops[op].results()[0];
             m.replace_all_uses(arg, c);
         }
         if inserted == 0 {
             return Ok(false);
         }
-        for (i, &a) in keep_args.iter().enumerate() {
-            m.values[a].def = ValueDef::BlockArg { block, index: i as u32 };
-        }
-        m.blocks[block].args = keep_args;
+        m.retain_block_args(block, keep_args).map_err(|e| fail(e.to_string()))?;
         m.funcs[fi].args = keep_infos;
         Ok(true)
     }

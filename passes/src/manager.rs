@@ -176,8 +176,8 @@ mod tests {
         }
 
         fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-            let (op, _) = m.ops.iter().find(|(_, d)| d.opcode == tpuc_ir::Opcode::Neg).expect("a neg");
-            let r = m.ops[op].results[0];
+            let (op, _) = m.ops.iter().find(|(_, d)| d.opcode() == tpuc_ir::Opcode::Neg).expect("a neg");
+            let r = m.ops[op].results()[0];
             m.values[r].ty = TensorType::from_static(self.dtype, &[4]);
             Ok(true)
         }

@@ -128,21 +128,21 @@ fn retype_data(t: &TensorData, to: DType) -> Option<TensorData> {
 fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
     use Opcode::*;
     let d = &m.ops[op];
-    let r = |i: usize| st.range_of(m, d.operands[i]);
-    let rt = &m.values[d.results[0]].ty;
-    Some(match d.opcode {
+    let r = |i: usize| st.range_of(m, d.operands()[i]);
+    let rt = &m.values[d.results()[0]].ty;
+    Some(match d.opcode() {
         Constant => int_data_range(d.attrs.tensor("value")?)?,
         Iota => {
             let n = rt.dims.get(d.attrs.int("dimension")? as usize)?.as_static()?;
             (0, (n - 1).max(0) as i128)
         }
         ArgReduce => {
-            let x = &m.values[d.operands[0]].ty;
+            let x = &m.values[d.operands()[0]].ty;
             let n = x.dims.get(d.attrs.int("dimension")? as usize)?.as_static()?;
             (0, (n - 1).max(0) as i128)
         }
         Convert => {
-            let from = m.values[d.operands[0]].ty.dtype;
+            let from = m.values[d.operands()[0]].ty.dtype;
             if from.is_float() || from.is_complex() {
                 return None;
             }
@@ -200,7 +200,7 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
             if a.0 < 0 || b.0 < 0 {
                 return None;
             }
-            if d.opcode == And {
+            if d.opcode() == And {
                 (0, a.1.min(b.1))
             } else {
                 let top = a.1.max(b.1);
@@ -210,11 +210,11 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
         Select => union(r(1)?, r(2)?),
         BroadcastInDim | Reshape | Transpose | Slice | Reverse | Gather | Sort => r(0)?,
         Pad => union(r(0)?, r(1)?),
-        Concatenate => (0..d.operands.len()).map(r).collect::<Option<Vec<_>>>()?.into_iter().reduce(union)?,
+        Concatenate => (0..d.operands().len()).map(r).collect::<Option<Vec<_>>>()?.into_iter().reduce(union)?,
         Reduce | Scan => {
             let a = r(0)?;
-            let x = &m.values[d.operands[0]].ty;
-            let n: i128 = if d.opcode == Reduce {
+            let x = &m.values[d.operands()[0]].ty;
+            let n: i128 = if d.opcode() == Reduce {
                 let dims = d.attrs.ints("dimensions")?;
                 dims.iter().map(|&i| x.dims.get(i as usize).and_then(|d| d.as_static()).map(|v| v as i128)).product::<Option<i128>>()?
             } else {
@@ -236,7 +236,7 @@ impl Narrow64 {
         let mut st = State { narrowed: HashMap::new(), range: HashMap::new(), counts: Counts::default() };
         // f64 arguments: converted once where the body starts.
         if is_entry_of_func {
-            let args = m.blocks[b].args.clone();
+            let args = m.blocks[b].args().to_vec();
             let mut after: Option<OpId> = None;
             for a in args {
                 if m.values[a].ty.dtype != DType::F64 {
@@ -244,7 +244,7 @@ impl Narrow64 {
                 }
                 let ty = m.values[a].ty.with_dtype(DType::F32);
                 let c = m.create_op(Opcode::Convert, &[a], boundary(), Some(&[ty]), &[]).map_err(fail)?;
-                let cv = m.ops[c].results[0];
+                let cv = m.ops[c].results()[0];
                 m.replace_all_uses(a, cv);
                 m.set_operand(c, 0, a);
                 match after {
@@ -260,12 +260,12 @@ impl Narrow64 {
             if skip.contains(&op) {
                 continue;
             }
-            let opcode = m.ops[op].opcode;
+            let opcode = m.ops[op].opcode();
             if opcode == Opcode::Return || opcode == Opcode::Yield {
                 // Back to the promised dtypes at the boundary.
-                let n = m.ops[op].operands.len();
+                let n = m.ops[op].operands().len();
                 for i in 0..n {
-                    let v = m.ops[op].operands[i];
+                    let v = m.ops[op].operands()[i];
                     if let Some(&orig) = st.narrowed.get(&v) {
                         let ty = m.values[v].ty.with_dtype(orig);
                         let w = Inserter::before(m, op).build1(Opcode::Convert, &[v], boundary(), Some(ty)).map_err(fail)?;
@@ -275,13 +275,13 @@ impl Narrow64 {
                 }
                 continue;
             }
-            let n = m.ops[op].operands.len();
+            let n = m.ops[op].operands().len();
             let (group, shares) = dtype_group(opcode, n);
             // f64 results: always computed as f32.
-            let results = m.ops[op].results.clone();
+            let results = m.ops[op].results().to_vec();
             let mut retyped_f64 = false;
             for &r in &results {
-                if m.values[r].ty.dtype == DType::F64 && m.ops[op].regions.is_empty() {
+                if m.values[r].ty.dtype == DType::F64 && m.ops[op].regions().is_empty() {
                     m.values[r].ty.dtype = DType::F32;
                     st.narrowed.insert(r, DType::F64);
                     st.counts.f64_values += 1;
@@ -301,11 +301,11 @@ impl Narrow64 {
                 .iter()
                 .copied()
                 .filter(|&i| {
-                    let v = m.ops[op].operands[i];
+                    let v = m.ops[op].operands()[i];
                     st.narrowed.get(&v) == Some(&DType::I64) || m.values[v].ty.dtype == DType::I64
                 })
                 .collect();
-            let group_narrowed = group_i64.iter().all(|&i| st.narrowed.get(&m.ops[op].operands[i]) == Some(&DType::I64));
+            let group_narrowed = group_i64.iter().all(|&i| st.narrowed.get(&m.ops[op].operands()[i]) == Some(&DType::I64));
             let mut narrow_result = false;
             if let Some(r) = int_result {
                 let range = result_range(m, &st, op);
@@ -313,7 +313,7 @@ impl Narrow64 {
                     st.range.insert(r, range);
                 }
                 let ok_opcode = !matches!(opcode, Opcode::Sort | Opcode::Scatter | Opcode::DotGeneral | Opcode::Convolution | Opcode::ReduceWindow | Opcode::Composite);
-                narrow_result = ok_opcode && m.ops[op].regions.is_empty() && range.is_some_and(fits) && (!shares || group_narrowed);
+                narrow_result = ok_opcode && m.ops[op].regions().is_empty() && range.is_some_and(fits) && (!shares || group_narrowed);
                 if opcode == Opcode::Constant && narrow_result {
                     let t = m.ops[op].attrs.tensor("value").cloned();
                     match t.and_then(|t| retype_data(&t, DType::I32)) {
@@ -328,13 +328,13 @@ impl Narrow64 {
                 }
             }
             // Where a narrowed i64 meets a wide one, widen it back.
-            let widen_group = !m.ops[op].regions.is_empty() || (!group_narrowed) || (shares && int_result.is_some() && !narrow_result);
+            let widen_group = !m.ops[op].regions().is_empty() || (!group_narrowed) || (shares && int_result.is_some() && !narrow_result);
             if widen_group {
-                let idx: Vec<usize> = if m.ops[op].regions.is_empty() { group_i64.clone() } else { (0..n).collect() };
+                let idx: Vec<usize> = if m.ops[op].regions().is_empty() { group_i64.clone() } else { (0..n).collect() };
                 for i in idx {
-                    let v = m.ops[op].operands[i];
+                    let v = m.ops[op].operands()[i];
                     if let Some(&orig) = st.narrowed.get(&v) {
-                        if orig == DType::I64 || !m.ops[op].regions.is_empty() {
+                        if orig == DType::I64 || !m.ops[op].regions().is_empty() {
                             let w = Inserter::before(m, op).convert(v, orig).map_err(fail)?;
                             m.set_operand(op, i, w);
                         }
@@ -343,7 +343,7 @@ impl Narrow64 {
             }
             // Unknown-range i64 indices of gathers and scatters: saturate to i32.
             if matches!(opcode, Opcode::Gather | Opcode::Scatter) {
-                let idx = m.ops[op].operands[1];
+                let idx = m.ops[op].operands()[1];
                 if m.values[idx].ty.dtype == DType::I64 && m.values[idx].ty.is_static() {
                     let ty = m.values[idx].ty.clone();
                     let mut ins = Inserter::before(m, op);

@@ -29,10 +29,10 @@ impl Pass for SetPrecision {
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !d.opcode.has_matmul_precision() {
+                if !d.opcode().has_matmul_precision() {
                     continue;
                 }
-                let dt = m.values[d.operands[0]].ty.dtype;
+                let dt = m.values[d.operands()[0]].ty.dtype;
                 let want = d.attrs.get_enum::<Precision>("precision_scope").unwrap_or(want);
                 if !(dt.is_float() || dt.is_complex()) || d.attrs.get_enum::<Precision>("precision") == Some(want) {
                     continue;

@@ -34,8 +34,8 @@ const MASK_LIMIT: i64 = 1 << 22;
 /// Looks through `reshape` and `broadcast_in_dim`.
 fn strip_shape(m: &Module, mut v: ValueId) -> ValueId {
     while let Some(op) = def_op(m, v) {
-        match m.ops[op].opcode {
-            Opcode::Reshape | Opcode::BroadcastInDim => v = m.ops[op].operands[0],
+        match m.ops[op].opcode() {
+            Opcode::Reshape | Opcode::BroadcastInDim => v = m.ops[op].operands()[0],
             _ => break,
         }
     }
@@ -52,7 +52,7 @@ fn not_neg_inf_of(m: &Module, v: ValueId) -> Option<ValueId> {
     if d.attrs.get_enum::<Direction>("direction") != Some(want) {
         return None;
     }
-    let (a, b) = (d.operands[0], d.operands[1]);
+    let (a, b) = (d.operands()[0], d.operands()[1]);
     if splat_f64(m, b) == Some(f64::NEG_INFINITY) {
         Some(a)
     } else if splat_f64(m, a) == Some(f64::NEG_INFINITY) {
@@ -65,16 +65,16 @@ fn not_neg_inf_of(m: &Module, v: ValueId) -> Option<ValueId> {
 /// If `sel` is the guard around `softmax(s, d)`, returns (softmax value, s, d).
 fn match_guard(m: &Module, sel: OpId) -> Option<(ValueId, ValueId, i64)> {
     let d = &m.ops[sel];
-    if d.opcode != Opcode::Select {
+    if d.opcode() != Opcode::Select {
         return None;
     }
-    let (pred, zero, p) = (d.operands[0], d.operands[1], d.operands[2]);
+    let (pred, zero, p) = (d.operands()[0], d.operands()[1], d.operands()[2]);
     if splat_f64(m, zero) != Some(0.0) {
         return None;
     }
     let sm = def_is(m, p, Opcode::Softmax)?;
     let dim = m.ops[sm].attrs.int("dimension")?;
-    let s = m.ops[sm].operands[0];
+    let s = m.ops[sm].operands()[0];
     let none_kept = strip_shape(m, pred);
     let any_kept = strip_shape(m, unary(m, none_kept, Opcode::Not)?);
     let red = def_is(m, any_kept, Opcode::Reduce)?;
@@ -82,7 +82,7 @@ fn match_guard(m: &Module, sel: OpId) -> Option<(ValueId, ValueId, i64)> {
     if rd.attrs.get_enum::<ReduceKind>("kind") != Some(ReduceKind::Or) || rd.attrs.ints("dimensions") != Some(&[dim][..]) {
         return None;
     }
-    let scores = not_neg_inf_of(m, rd.operands[0])?;
+    let scores = not_neg_inf_of(m, rd.operands()[0])?;
     (scores == s).then_some((p, s, dim))
 }
 
@@ -116,11 +116,11 @@ fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, test: Test, proofs
     loop {
         let Some(op) = def_op(m, v) else { return false };
         let od = &m.ops[op];
-        match od.opcode {
+        match od.opcode() {
             Opcode::BroadcastInDim => {
                 let bd = od.attrs.ints("broadcast_dimensions").unwrap_or(&[]);
                 d = d.and_then(|d| bd.iter().position(|&x| x == d as i64));
-                v = od.operands[0];
+                v = od.operands()[0];
             }
             _ => break,
         }
@@ -147,11 +147,11 @@ fn row_check(m: &Module, v: ValueId, d: Option<usize>, test: Test) -> bool {
 fn rows_never_fully_masked(m: &Module, s: ValueId, dim: i64, proofs: &mut Proofs) -> bool {
     let Some(op) = def_op(m, s) else { return false };
     let d = &m.ops[op];
-    match d.opcode {
-        Opcode::Add => d.operands.iter().any(|&x| every_row_keeps(m, x, dim, Test::Finite, proofs)),
+    match d.opcode() {
+        Opcode::Add => d.operands().iter().any(|&x| every_row_keeps(m, x, dim, Test::Finite, proofs)),
         Opcode::Select => {
-            splat_f64(m, d.operands[2]) == Some(f64::NEG_INFINITY)
-                && every_row_keeps(m, d.operands[0], dim, Test::True, proofs)
+            splat_f64(m, d.operands()[2]) == Some(f64::NEG_INFINITY)
+                && every_row_keeps(m, d.operands()[0], dim, Test::True, proofs)
         }
         _ => unmasked_scores(m, s),
     }
@@ -163,14 +163,14 @@ fn unmasked_scores(m: &Module, mut s: ValueId) -> bool {
     loop {
         let Some(op) = def_op(m, s) else { return false };
         let d = &m.ops[op];
-        match d.opcode {
+        match d.opcode() {
             Opcode::DotGeneral => return true,
-            Opcode::Reshape | Opcode::Convert => s = d.operands[0],
+            Opcode::Reshape | Opcode::Convert => s = d.operands()[0],
             Opcode::Mul => {
                 let finite = |v: ValueId| splat_f64(m, v).is_some_and(f64::is_finite);
-                s = match (finite(d.operands[0]), finite(d.operands[1])) {
-                    (_, true) => d.operands[0],
-                    (true, false) => d.operands[1],
+                s = match (finite(d.operands()[0]), finite(d.operands()[1])) {
+                    (_, true) => d.operands()[0],
+                    (true, false) => d.operands()[1],
                     (false, false) => return false,
                 };
             }
@@ -189,7 +189,7 @@ impl Pass for SdpaGuard {
         let mut proofs = Proofs::new();
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].block != Some(b) {
+                if m.ops[op].block() != Some(b) {
                     continue;
                 }
                 let Some((p, s, dim)) = match_guard(m, op) else { continue };

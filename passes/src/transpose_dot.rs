@@ -30,10 +30,10 @@ const NAMES: [[&str; 2]; 2] = [
 
 /// Folds a transposed operand `side` (0 = lhs, 1 = rhs) of `dot`; returns whether it did.
 fn fold_side(m: &mut Module, dot: OpId, side: usize) -> bool {
-    let operand = m.ops[dot].operands[side];
+    let operand = m.ops[dot].operands()[side];
     let Some(t) = def_is(m, operand, Opcode::Transpose) else { return false };
     let Some(p) = m.ops[t].attrs.ints("permutation").map(<[i64]>::to_vec) else { return false };
-    let x = m.ops[t].operands[0];
+    let x = m.ops[t].operands()[0];
     let a = &m.ops[dot].attrs;
     let (Some(batch), Some(contract)) = (a.ints(NAMES[side][0]), a.ints(NAMES[side][1])) else { return false };
     let free: Vec<i64> = (0..p.len() as i64).filter(|i| !batch.contains(i) && !contract.contains(i)).collect();
@@ -59,7 +59,7 @@ impl Pass for TransposeIntoDot {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].opcode != Opcode::DotGeneral {
+                if m.ops[op].opcode() != Opcode::DotGeneral {
                     continue;
                 }
                 for side in 0..2 {

@@ -10,12 +10,12 @@ use tpuc_ir::{
 /// Every block of every function, nested regions included, outer blocks first.
 pub fn all_blocks(m: &Module) -> Vec<BlockId> {
     let mut out = Vec::new();
-    let mut stack: Vec<BlockId> = m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).rev().collect();
+    let mut stack: Vec<BlockId> = m.funcs.iter().flat_map(|f| m.regions[f.body].blocks().iter().copied()).rev().collect();
     while let Some(b) = stack.pop() {
         out.push(b);
         for op in m.ops_in(b).rev() {
-            for &r in m.ops[op].regions.iter().rev() {
-                stack.extend(m.regions[r].blocks.iter().rev().copied());
+            for &r in m.ops[op].regions().iter().rev() {
+                stack.extend(m.regions[r].blocks().iter().rev().copied());
             }
         }
     }
@@ -24,12 +24,12 @@ pub fn all_blocks(m: &Module) -> Vec<BlockId> {
 
 /// The blocks of the functions' bodies only (not the regions of ops such as `composite`).
 pub fn func_blocks(m: &Module) -> Vec<BlockId> {
-    m.funcs.iter().flat_map(|f| m.regions[f.body].blocks.iter().copied()).collect()
+    m.funcs.iter().flat_map(|f| m.regions[f.body].blocks().iter().copied()).collect()
 }
 
 /// The op defining `v` if it is an op result.
 pub fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
-    match m.values[v].def {
+    match m.values[v].def() {
         ValueDef::Result { op, .. } => Some(op),
         ValueDef::BlockArg { .. } => None,
     }
@@ -37,12 +37,12 @@ pub fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
 
 /// The opcode of the op defining `v`.
 pub fn def_opcode(m: &Module, v: ValueId) -> Option<Opcode> {
-    def_op(m, v).map(|o| m.ops[o].opcode)
+    def_op(m, v).map(|o| m.ops[o].opcode())
 }
 
 /// `v`'s defining op if it has opcode `want`.
 pub fn def_is(m: &Module, v: ValueId, want: Opcode) -> Option<OpId> {
-    def_op(m, v).filter(|&o| m.ops[o].opcode == want)
+    def_op(m, v).filter(|&o| m.ops[o].opcode() == want)
 }
 
 /// The constant data of `v` if a `constant` op defines it.
@@ -57,9 +57,9 @@ pub fn splat_of(m: &Module, v: ValueId) -> Option<Scalar> {
     loop {
         let op = def_op(m, v)?;
         let d = &m.ops[op];
-        match d.opcode {
+        match d.opcode() {
             Opcode::Constant => return d.attrs.tensor("value")?.splat_value(),
-            Opcode::BroadcastInDim | Opcode::Reshape => v = d.operands[0],
+            Opcode::BroadcastInDim | Opcode::Reshape => v = d.operands()[0],
             _ => return None,
         }
     }
@@ -79,7 +79,7 @@ pub fn is_splat(m: &Module, v: ValueId, x: f64) -> bool {
 /// first pair returned satisfies `pred` on its second element if any order does.
 pub fn binary_with(m: &Module, v: ValueId, opcode: Opcode, pred: impl Fn(ValueId) -> bool) -> Option<(ValueId, ValueId)> {
     let op = def_is(m, v, opcode)?;
-    let ops = &m.ops[op].operands;
+    let ops = &m.ops[op].operands();
     let (a, b) = (ops[0], ops[1]);
     if pred(b) {
         Some((a, b))
@@ -93,13 +93,13 @@ pub fn binary_with(m: &Module, v: ValueId, opcode: Opcode, pred: impl Fn(ValueId
 /// Operands of `v`'s defining op if it is the binary op `opcode`.
 pub fn binary(m: &Module, v: ValueId, opcode: Opcode) -> Option<(ValueId, ValueId)> {
     let op = def_is(m, v, opcode)?;
-    let ops = &m.ops[op].operands;
+    let ops = &m.ops[op].operands();
     Some((ops[0], ops[1]))
 }
 
 /// The operand of `v`'s defining op if it is the unary op `opcode`.
 pub fn unary(m: &Module, v: ValueId, opcode: Opcode) -> Option<ValueId> {
-    def_is(m, v, opcode).map(|o| m.ops[o].operands[0])
+    def_is(m, v, opcode).map(|o| m.ops[o].operands()[0])
 }
 
 /// Looks through `convert`s (to any type) back to the converted value.
@@ -122,7 +122,7 @@ pub struct Inserter<'m> {
 impl<'m> Inserter<'m> {
     /// Builds before `op` (in `op`'s block), with `op`'s provenance.
     pub fn before(m: &'m mut Module, op: OpId) -> Self {
-        let block = m.ops[op].block.expect("attached op");
+        let block = m.ops[op].block().expect("attached op");
         let loc = *m.op_locs.get(op);
         Inserter { m, block, before: Some(op), loc }
     }
@@ -134,7 +134,7 @@ impl<'m> Inserter<'m> {
             None => self.m.append_op(self.block, op),
         }
         self.m.set_loc(op, self.loc);
-        Ok(self.m.ops[op].results.clone())
+        Ok(self.m.ops[op].results().into())
     }
 
     pub fn build1(&mut self, opcode: Opcode, operands: &[ValueId], attrs: Attrs, result: Option<TensorType>) -> Result<ValueId, IrError> {
@@ -158,7 +158,7 @@ impl<'m> Inserter<'m> {
 
 /// Replaces every use of `op`'s single result by `v` and erases `op`.
 pub fn replace_op(m: &mut Module, op: OpId, v: ValueId) {
-    let r = m.ops[op].results[0];
+    let r = m.ops[op].results()[0];
     m.replace_all_uses(r, v);
     m.erase_op(op);
 }
@@ -166,7 +166,7 @@ pub fn replace_op(m: &mut Module, op: OpId, v: ValueId) {
 /// True if `op` can go when nothing reads its results: pure, not a terminator, attached.
 fn removable_if_unused(m: &Module, op: OpId) -> bool {
     let d = &m.ops[op];
-    d.block.is_some() && d.opcode.is_pure() && !d.opcode.is_terminator() && d.results.iter().all(|&r| !m.has_uses(r))
+    d.block().is_some() && d.opcode().is_pure() && !d.opcode().is_terminator() && d.results().iter().all(|&r| !m.has_uses(r))
 }
 
 /// Erases the ops in `roots` whose results are unused, and then the ops that fed only them,
@@ -178,7 +178,7 @@ pub fn erase_dead_from(m: &mut Module, roots: impl IntoIterator<Item = OpId>) ->
         if m.is_erased(op) || !removable_if_unused(m, op) {
             continue;
         }
-        let operands = m.ops[op].operands.clone();
+        let operands = m.ops[op].operands().to_vec();
         m.erase_op(op);
         changed = true;
         work.extend(operands.iter().filter_map(|&v| def_op(m, v)));
@@ -192,7 +192,7 @@ pub fn erase_dead_from(m: &mut Module, roots: impl IntoIterator<Item = OpId>) ->
 pub fn remove_dead(m: &mut Module) -> bool {
     let mut changed = false;
     for b in all_blocks(m) {
-        if m.blocks[b].region.is_none() {
+        if m.blocks[b].region().is_none() {
             continue;
         }
         let mut cur = m.terminator(b);

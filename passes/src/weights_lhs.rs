@@ -37,7 +37,7 @@ fn ints<'a>(a: &'a Attrs, k: &str) -> &'a [i64] {
 fn applies(m: &Module, dot: OpId) -> bool {
     let d = &m.ops[dot];
     let a = &d.attrs;
-    let (lt, rt) = (&m.values[d.operands[0]].ty, &m.values[d.operands[1]].ty);
+    let (lt, rt) = (&m.values[d.operands()[0]].ty, &m.values[d.operands()[1]].ty);
     let (Some(ln), Some(rn)) = (lt.num_elements(), rt.num_elements()) else { return false };
     let lr = lt.rank() as i64;
     ints(a, "lhs_batching_dimensions").is_empty()
@@ -58,7 +58,7 @@ pub const MIN_WEIGHT_ELEMENTS: i64 = 512 * 1024;
 fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
     let fail = |e| crate::failed("weights-lhs", e);
     let d = m.ops[dot].clone();
-    let (x, w) = (d.operands[0], d.operands[1]);
+    let (x, w) = (d.operands()[0], d.operands()[1]);
     let lr = m.values[x].ty.rank() as i64;
     let mut attrs = d.attrs.clone();
     attrs.set("lhs_contracting_dimensions", Attr::Ints(vec![1]));
@@ -81,7 +81,7 @@ fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
         .build1(Opcode::Transpose, &[src], Attrs::new().with("permutation", Attr::Ints(perm)), None)
         .map_err(fail)?;
     if lr == 2 {
-        let rt = m.values[m.ops[dot].results[0]].ty.clone();
+        let rt = m.values[m.ops[dot].results()[0]].ty.clone();
         let mut ins = Inserter::before(m, dot);
         back = ins.build1(Opcode::Reshape, &[back], Attrs::new(), Some(rt)).map_err(fail)?;
     }
@@ -98,7 +98,7 @@ impl Pass for WeightsLhs {
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
-                if m.ops[op].opcode == Opcode::DotGeneral && applies(m, op) {
+                if m.ops[op].opcode() == Opcode::DotGeneral && applies(m, op) {
                     rewrite(m, op)?;
                     changed = true;
                 }

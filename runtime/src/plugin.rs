@@ -274,7 +274,7 @@ pub fn prune_libtpu_logs(dir: &Path, keep: usize) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    logs.sort_by(|a, b| b.0.cmp(&a.0));
+    logs.sort_by_key(|l| std::cmp::Reverse(l.0));
     for (_, path) in logs.iter().skip(keep) {
         let _ = std::fs::remove_file(path);
     }

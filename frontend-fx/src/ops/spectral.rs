@@ -136,7 +136,7 @@ fn as_complex(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
     }
     let x = cx.float_of(x)?;
     let zero = cx.full_like(Scalar::Float(0.0), x)?;
-    Ok(cx.bin(O::Complex, x, zero)?)
+    cx.bin(O::Complex, x, zero)
 }
 
 fn transform(cx: &mut Ctx, kind: Kind, form: Form) -> R<Vec<Val>> {

@@ -62,33 +62,42 @@ pub struct Use {
     pub index: u32,
 }
 
+/// A value: its type (passes may change it, e.g. when narrowing) and where it is defined (set
+/// by the module only).
 #[derive(Clone, Debug)]
 pub struct ValueData {
     pub ty: TensorType,
-    pub def: ValueDef,
+    pub(crate) def: ValueDef,
     /// Every operand that refers to this value, from ops that are not erased (attached or
     /// detached), in no particular order.
     uses: SmallVec<[Use; 2]>,
 }
 
 impl ValueData {
-    pub fn new(ty: TensorType, def: ValueDef) -> Self {
+    pub(crate) fn new(ty: TensorType, def: ValueDef) -> Self {
         ValueData { ty, def, uses: SmallVec::new() }
+    }
+    /// The op result or block argument that defines the value.
+    pub fn def(&self) -> ValueDef {
+        self.def
     }
 }
 
+/// An op. Its structure (opcode, operands, results, regions, place) is read through
+/// accessors and changed only through [`Module`]'s methods, which keep use lists, block lists
+/// and parents consistent; its attributes are the passes' to edit.
 #[derive(Clone, Debug)]
 pub struct OpData {
-    pub opcode: Opcode,
-    /// Read freely; change only through [`Module::set_operand`] (use lists).
-    pub operands: SmallVec<[ValueId; 3]>,
+    pub(crate) opcode: Opcode,
+    /// Changed only through [`Module::set_operand`] and friends (use lists).
+    pub(crate) operands: SmallVec<[ValueId; 3]>,
     /// For each operand, the position of its [`Use`] in the operand's use list.
     use_pos: SmallVec<[u32; 3]>,
-    pub results: SmallVec<[ValueId; 1]>,
+    pub(crate) results: SmallVec<[ValueId; 1]>,
     pub attrs: Attrs,
-    pub regions: SmallVec<[RegionId; 1]>,
+    pub(crate) regions: SmallVec<[RegionId; 1]>,
     /// The block the op is in; `None` while detached or once erased.
-    pub block: Option<BlockId>,
+    pub(crate) block: Option<BlockId>,
     prev: Option<OpId>,
     next: Option<OpId>,
     /// Position key within the block: increasing along the list.
@@ -98,17 +107,44 @@ pub struct OpData {
 
 #[derive(Clone, Debug, Default)]
 pub struct BlockData {
-    pub args: Vec<ValueId>,
+    pub(crate) args: Vec<ValueId>,
     first: Option<OpId>,
     last: Option<OpId>,
     len: usize,
     /// The region owning the block.
-    pub region: Option<RegionId>,
+    pub(crate) region: Option<RegionId>,
+}
+
+impl OpData {
+    pub fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+    pub fn operands(&self) -> &[ValueId] {
+        &self.operands
+    }
+    pub fn results(&self) -> &[ValueId] {
+        &self.results
+    }
+    pub fn regions(&self) -> &[RegionId] {
+        &self.regions
+    }
+    /// The block the op is in; `None` while detached or once erased.
+    pub fn block(&self) -> Option<BlockId> {
+        self.block
+    }
 }
 
 impl BlockData {
-    pub fn new(region: Option<RegionId>) -> Self {
+    pub(crate) fn new(region: Option<RegionId>) -> Self {
         BlockData { region, ..Default::default() }
+    }
+    /// The block's arguments, in order.
+    pub fn args(&self) -> &[ValueId] {
+        &self.args
+    }
+    /// The region owning the block.
+    pub fn region(&self) -> Option<RegionId> {
+        self.region
     }
     /// Number of ops in the block.
     pub fn len(&self) -> usize {
@@ -121,9 +157,19 @@ impl BlockData {
 
 #[derive(Clone, Debug, Default)]
 pub struct RegionData {
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// The op owning the region; `None` for a function body.
-    pub parent: Option<OpId>,
+    pub(crate) parent: Option<OpId>,
+}
+
+impl RegionData {
+    pub fn blocks(&self) -> &[BlockId] {
+        &self.blocks
+    }
+    /// The op owning the region; `None` for a function body.
+    pub fn parent(&self) -> Option<OpId> {
+        self.parent
+    }
 }
 
 /// Spacing of sequence numbers given to appended ops; inserts between two ops take the
@@ -295,6 +341,17 @@ pub struct Func {
     pub results: Vec<ResultInfo>,
 }
 
+impl Func {
+    /// The arguments' metadata (read; the fields are the function's own to edit).
+    pub fn args(&self) -> &[ArgInfo] {
+        &self.args
+    }
+    /// The results' metadata (empty when the function carries none).
+    pub fn results(&self) -> &[ResultInfo] {
+        &self.results
+    }
+}
+
 /// A compilation unit.
 #[derive(Clone, Debug, Default)]
 pub struct Module {
@@ -454,6 +511,24 @@ impl Module {
             self.regions[r].parent = Some(op);
         }
         op
+    }
+
+    /// Keeps only `keep`, a subsequence of `block`'s arguments in their order, as its
+    /// arguments (renumbered); the others must have no uses left.
+    pub fn retain_block_args(&mut self, block: BlockId, keep: Vec<ValueId>) -> Result<(), IrError> {
+        let old = &self.blocks[block].args;
+        let mut it = old.iter();
+        if !keep.iter().all(|k| it.any(|a| a == k)) {
+            return Err(IrError::Other("retain_block_args: not a subsequence of the block's arguments".into()));
+        }
+        if let Some(&a) = old.iter().find(|a| !keep.contains(a) && self.has_uses(**a)) {
+            return Err(IrError::Other(format!("retain_block_args: dropped argument {a:?} still has uses")));
+        }
+        for (i, &a) in keep.iter().enumerate() {
+            self.values[a].def = ValueDef::BlockArg { block, index: i as u32 };
+        }
+        self.blocks[block].args = keep;
+        Ok(())
     }
 
     pub fn set_loc(&mut self, op: OpId, loc: Option<LocId>) {

@@ -71,17 +71,17 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
     let ty = &m.values[v].ty;
     let dims = ty.static_dims()?;
     let n = ty.num_elements()?;
-    if d.results.len() != 1 || !handled(ty.dtype) || n > limit {
+    if d.results().len() != 1 || !handled(ty.dtype) || n > limit {
         return None;
     }
     let dtype = ty.dtype;
-    let mut args = Vec::with_capacity(d.operands.len());
-    for &x in &d.operands {
+    let mut args = Vec::with_capacity(d.operands().len());
+    for &x in d.operands() {
         args.push(col(m, x, limit, memo, depth + 1)?);
     }
     let n = n as usize;
     let a = &d.attrs;
-    let vals: Vec<f64> = match d.opcode {
+    let vals: Vec<f64> = match d.opcode() {
         Opcode::Constant => {
             let t = a.tensor("value")?;
             let read = |s: Scalar| match s {
@@ -130,7 +130,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
             args[0].vals.iter().map(|&x| fit(dtype, x)).collect::<Option<_>>()?
         }
         Opcode::Neg | Opcode::Abs => {
-            let f = if d.opcode == Opcode::Neg { |x: f64| -x } else { f64::abs };
+            let f = if d.opcode() == Opcode::Neg { |x: f64| -x } else { f64::abs };
             args[0].vals.iter().map(|&x| fit(dtype, f(x))).collect::<Option<_>>()?
         }
         Opcode::Not if dtype == DType::Bool => args[0].vals.iter().map(|&x| if x != 0.0 { 0.0 } else { 1.0 }).collect(),
@@ -138,7 +138,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
             if dtype == DType::Bool {
                 return None;
             }
-            let f: fn(f64, f64) -> f64 = match d.opcode {
+            let f: fn(f64, f64) -> f64 = match d.opcode() {
                 Opcode::Add => |x, y| x + y,
                 Opcode::Sub => |x, y| x - y,
                 Opcode::Mul => |x, y| x * y,
@@ -149,7 +149,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
             zip(&args[0].vals, &args[1].vals, |x, y| fit(dtype, f(x, y)))?
         }
         Opcode::And | Opcode::Or | Opcode::Xor if dtype == DType::Bool => {
-            let f: fn(bool, bool) -> bool = match d.opcode {
+            let f: fn(bool, bool) -> bool = match d.opcode() {
                 Opcode::And => |x, y| x && y,
                 Opcode::Or => |x, y| x || y,
                 _ => |x, y| x != y,

@@ -298,11 +298,11 @@ pub fn eval_op(m: &Module, op: OpId, args: &[&TensorData]) -> Option<TensorData>
 /// [`eval_op`] with another limit on elements computed one by one.
 pub fn eval_op_limit(m: &Module, op: OpId, args: &[&TensorData], arith_limit: i64) -> Option<TensorData> {
     let d = &m.ops[op];
-    if d.results.len() != 1 || !d.regions.is_empty() {
+    if d.results().len() != 1 || !d.regions().is_empty() {
         return None;
     }
-    let rt = &m.values[d.results[0]].ty;
-    eval_one(d.opcode, &d.attrs, args, rt, Ctx::exact(arith_limit))
+    let rt = &m.values[d.results()[0]].ty;
+    eval_one(d.opcode(), &d.attrs, args, rt, Ctx::exact(arith_limit))
 }
 
 /// Evaluates an op without regions whose result types are `results` (static), in `cx`'s mode.
@@ -540,11 +540,11 @@ fn eval_rec(
     }
     let op = crate::util::def_op(m, v)?;
     let d = &m.ops[op];
-    if d.results.len() != 1 || !d.opcode.is_pure() {
+    if d.results().len() != 1 || !d.opcode().is_pure() {
         return None;
     }
-    let mut args = Vec::with_capacity(d.operands.len());
-    for &x in &d.operands {
+    let mut args = Vec::with_capacity(d.operands().len());
+    for &x in d.operands() {
         args.push(eval_rec(m, x, memo, depth + 1, limit)?);
     }
     let refs: Vec<&TensorData> = args.iter().collect();
@@ -572,8 +572,8 @@ mod tests {
     fn last_op(m: &Module) -> (OpId, Vec<TensorData>) {
         let f = m.main_func().unwrap();
         let ret = m.terminator(m.entry_block(f)).unwrap();
-        let op = crate::util::def_op(m, m.ops[ret].operands[0]).unwrap();
-        let args = m.ops[op].operands.iter().map(|&v| eval_value(m, v, ARITH_LIMIT).unwrap()).collect();
+        let op = crate::util::def_op(m, m.ops[ret].operands()[0]).unwrap();
+        let args = m.ops[op].operands().iter().map(|&v| eval_value(m, v, ARITH_LIMIT).unwrap()).collect();
         (op, args)
     }
 
@@ -587,7 +587,7 @@ mod tests {
         let refs: Vec<&TensorData> = args.iter().collect();
         assert!(eval_op(&m, op, &refs).is_none(), "exp is not folded");
         let d = &m.ops[op];
-        let r = eval(d.opcode, &d.attrs, &refs, &[m.values[d.results[0]].ty.clone()], Ctx::REFERENCE).unwrap();
+        let r = eval(d.opcode(), &d.attrs, &refs, &[m.values[d.results()[0]].ty.clone()], Ctx::REFERENCE).unwrap();
         assert_eq!(to_f64s(&r[0]), [1f64, 2.0, 3.0].map(|x| x.exp() as f32 as f64));
     }
 

@@ -10,7 +10,7 @@ use tpuc_ir::{Dim, Module, Opcode, TensorData, TensorType, ValueId};
 pub fn run_reference(m: &Module, args: &[TensorData]) -> Result<Vec<TensorData>, String> {
     let f = m.main_func().ok_or("the module has no function")?;
     let block = m.entry_block(f);
-    let params = &m.blocks[block].args;
+    let params = &m.blocks[block].args();
     if params.len() != args.len() {
         return Err(format!("@{} takes {} arguments, got {}", f.name, params.len(), args.len()));
     }
@@ -55,21 +55,21 @@ pub fn run_reference(m: &Module, args: &[TensorData]) -> Result<Vec<TensorData>,
     for op in m.ops_in(block) {
         let d = m.op(op);
         let xs = d
-            .operands
+            .operands()
             .iter()
-            .map(|v| env.get(v).ok_or_else(|| format!("`{}` uses a value defined nowhere before it", d.opcode)))
+            .map(|v| env.get(v).ok_or_else(|| format!("`{}` uses a value defined nowhere before it", d.opcode())))
             .collect::<Result<Vec<_>, _>>()?;
-        if d.opcode == Opcode::Return {
+        if d.opcode() == Opcode::Return {
             return Ok(xs.into_iter().cloned().collect());
         }
         let at = || m.loc(op).map_or(String::new(), |l| format!(" at {l}"));
-        if !d.regions.is_empty() {
-            return Err(format!("cannot evaluate `{}`{}: ops with regions are not supported", d.opcode, at()));
+        if !d.regions().is_empty() {
+            return Err(format!("cannot evaluate `{}`{}: ops with regions are not supported", d.opcode(), at()));
         }
-        let types = d.results.iter().map(|&r| concrete(m.value_type(r))).collect::<Result<Vec<_>, _>>()?;
-        let outs = eval(d.opcode, &d.attrs, &xs, &types, Ctx::REFERENCE)
-            .ok_or_else(|| format!("cannot evaluate `{}`{} on {}", d.opcode, at(), show(&xs)))?;
-        for (&r, t) in d.results.iter().zip(outs) {
+        let types = d.results().iter().map(|&r| concrete(m.value_type(r))).collect::<Result<Vec<_>, _>>()?;
+        let outs = eval(d.opcode(), &d.attrs, &xs, &types, Ctx::REFERENCE)
+            .ok_or_else(|| format!("cannot evaluate `{}`{} on {}", d.opcode(), at(), show(&xs)))?;
+        for (&r, t) in d.results().iter().zip(outs) {
             env.insert(r, t);
         }
     }

@@ -62,23 +62,23 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
             continue;
         }
         let Some(op) = def_op(m, v) else { return Ok(None) };
-        if m.ops[op].block != Some(block) {
+        if m.ops[op].block() != Some(block) {
             return Ok(None);
         }
         if !slice.insert(op) {
             continue;
         }
         let d = &m.ops[op];
-        if !d.opcode.is_pure() || !d.regions.is_empty() {
+        if !d.opcode().is_pure() || !d.regions().is_empty() {
             return Ok(None);
         }
-        if d.opcode == Opcode::Constant {
+        if d.opcode() == Opcode::Constant {
             let t = d.attrs.tensor("value");
             if t.is_some_and(|t| !t.is_splat() && t.ty.num_elements().unwrap_or(i64::MAX) > CLONE_CONSTANT_LIMIT) {
                 return Ok(None);
             }
         }
-        stack.extend(d.operands.iter().copied());
+        stack.extend(d.operands().iter().copied());
     }
     if slice.is_empty() {
         return Ok(None);
@@ -95,8 +95,8 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
         return Ok(None);
     };
     for &i in &mt.inputs {
-        if let ValueDef::Result { op, .. } = m.values[i].def {
-            if m.ops[op].block != Some(block) || !m.is_before(op, place) {
+        if let ValueDef::Result { op, .. } = m.values[i].def() {
+            if m.ops[op].block() != Some(block) || !m.is_before(op, place) {
                 return Ok(None);
             }
         }
@@ -106,20 +106,20 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     let (region, rb) = m.new_region(&arg_types);
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     for (k, &i) in mt.inputs.iter().enumerate() {
-        map.insert(i, m.blocks[rb].args[k]);
+        map.insert(i, m.blocks[rb].args()[k]);
     }
     for &op in &ordered {
         let d = &m.ops[op];
-        let (opcode, attrs) = (d.opcode, d.attrs.clone());
-        let operands: Vec<ValueId> = d.operands.iter().map(|v| map[v]).collect();
-        let types: Vec<_> = d.results.iter().map(|&r| m.values[r].ty.clone()).collect();
-        let results = d.results.clone();
+        let (opcode, attrs) = (d.opcode(), d.attrs.clone());
+        let operands: Vec<ValueId> = d.operands().iter().map(|v| map[v]).collect();
+        let types: Vec<_> = d.results().iter().map(|&r| m.values[r].ty.clone()).collect();
+        let results = d.results().to_vec();
         let c = m.create_op_unchecked(opcode, &operands, attrs, types, &[]);
         m.append_op(rb, c);
         let loc = *m.op_locs.get(op);
         m.set_loc(c, loc);
         for (k, &r) in results.iter().enumerate() {
-            map.insert(r, m.ops[c].results[k]);
+            map.insert(r, m.ops[c].results()[k]);
         }
     }
     let yielded: Vec<ValueId> = mt.outputs.iter().map(|v| map[v]).collect();
@@ -135,7 +135,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     m.set_loc(comp, loc);
     m.insert_op_before(place, comp);
     // Uses outside the slice now read the composite's results (through the use lists).
-    let results = m.ops[comp].results.clone();
+    let results = m.ops[comp].results().to_vec();
     for (&o, &r) in mt.outputs.iter().zip(results.iter()) {
         m.replace_uses_except(o, r, |user| slice.contains(&user));
     }
@@ -159,7 +159,7 @@ impl Pass for Fuse {
             for pattern in patterns::ALL {
                 let mut causal = Default::default();
                 for op in m.block_ops(b).into_iter().rev() {
-                    if m.ops[op].block != Some(b) {
+                    if m.ops[op].block() != Some(b) {
                         continue;
                     }
                     let mt = {

@@ -72,14 +72,14 @@ fn rank(m: &Module, v: ValueId) -> usize {
 
 fn result(m: &Module, op: OpId) -> Option<ValueId> {
     let d = &m.ops[op];
-    (d.results.len() == 1).then(|| d.results[0])
+    (d.results().len() == 1).then(|| d.results()[0])
 }
 
 /// Looks through `broadcast_in_dim` and `reshape`.
 fn unbcast(m: &Module, mut v: ValueId) -> ValueId {
     while let Some(op) = def_op(m, v) {
-        match m.ops[op].opcode {
-            Opcode::BroadcastInDim | Opcode::Reshape => v = m.ops[op].operands[0],
+        match m.ops[op].opcode() {
+            Opcode::BroadcastInDim | Opcode::Reshape => v = m.ops[op].operands()[0],
             _ => break,
         }
     }
@@ -128,14 +128,14 @@ fn path_to(m: &Module, v: ValueId, r: ValueId) -> Option<Vec<OpId>> {
         if chain.len() > 12 {
             return None;
         }
-        match d.opcode {
+        match d.opcode() {
             Opcode::BroadcastInDim | Opcode::Reshape => {
                 chain.push(op);
-                cur = d.operands[0];
+                cur = d.operands()[0];
             }
-            o if o.is_elementwise() && d.operands.len() == 1 => cur = d.operands[0],
-            o if o.is_elementwise() && d.operands.len() == 2 => {
-                let (a, b) = (d.operands[0], d.operands[1]);
+            o if o.is_elementwise() && d.operands().len() == 1 => cur = d.operands()[0],
+            o if o.is_elementwise() && d.operands().len() == 2 => {
+                let (a, b) = (d.operands()[0], d.operands()[1]);
                 cur = if splat_f64(m, b).is_some() {
                     a
                 } else if splat_f64(m, a).is_some() {
@@ -163,10 +163,10 @@ fn broadcast_back(m: &Module, v: ValueId, r: ValueId, x_dims: &[tpuc_ir::Dim], r
         return false;
     }
     for &op in chain.iter().rev() {
-        let (inp, out) = (m.ops[op].operands[0], m.ops[op].results[0]);
+        let (inp, out) = (m.ops[op].operands()[0], m.ops[op].results()[0]);
         let (od, nd) = (&m.values[inp].ty.dims, &m.values[out].ty.dims);
         let mut next = vec![None; nd.len()];
-        if m.ops[op].opcode == Opcode::Reshape {
+        if m.ops[op].opcode() == Opcode::Reshape {
             // Only unit dims may come or go; the others keep their order.
             let a: Vec<usize> = (0..od.len()).filter(|&i| !od[i].is_one()).collect();
             let b: Vec<usize> = (0..nd.len()).filter(|&i| !nd[i].is_one()).collect();
@@ -210,10 +210,10 @@ fn mean_of(m: &Module, v: ValueId) -> Option<(ValueId, Vec<i64>, ValueId)> {
         return None;
     }
     let dims = d.attrs.ints("dimensions")?.to_vec();
-    let x = d.operands[0];
+    let x = d.operands()[0];
     let xd = m.values[x].ty.static_dims()?;
     let count: i64 = dims.iter().map(|&i| xd[i as usize]).product();
-    close(n, count as f64).then_some((x, dims, d.results[0]))
+    close(n, count as f64).then_some((x, dims, d.results()[0]))
 }
 
 /// True if `dims` are the trailing dims of a rank-`r` value.
@@ -235,7 +235,7 @@ fn square_of(m: &Module, v: ValueId) -> Option<ValueId> {
 /// A per-feature parameter broadcast along the trailing dims: the parameter.
 fn trailing_param(m: &Module, v: ValueId) -> Option<ValueId> {
     let b = def_is(m, v, Opcode::BroadcastInDim)?;
-    let w = m.ops[b].operands[0];
+    let w = m.ops[b].operands()[0];
     let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
     let r = rank(m, v);
     (trailing(bd, r) || bd.is_empty() && rank(m, w) == 0).then_some(w)
@@ -250,12 +250,12 @@ fn attrs_of(op: &tpuc_ir::OpData, names: &[(&'static str, &'static str)]) -> Vec
 fn attention_op(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
     let d = &m.ops[op];
-    if d.opcode != Opcode::Attention {
+    if d.opcode() != Opcode::Attention {
         return None;
     }
     let mut attrs = attrs_of(d, &[("scale", "scale"), ("is_causal", "causal")]);
-    attrs.push(("has_mask", Attr::Bool(d.operands.len() > 3)));
-    Some(Match { name: "tpuc.attention", attrs, inputs: d.operands.to_vec(), outputs: vec![result(m, op)?] })
+    attrs.push(("has_mask", Attr::Bool(d.operands().len() > 3)));
+    Some(Match { name: "tpuc.attention", attrs, inputs: d.operands().to_vec(), outputs: vec![result(m, op)?] })
 }
 
 /// q's path into the scores dot: reshapes that flatten leading dims and splat scalings.
@@ -292,7 +292,7 @@ fn flatten_source(m: &Module, v: ValueId) -> Option<ValueId> {
 fn repeat_kv(m: &Module, v: ValueId) -> Option<(ValueId, i64)> {
     let five = unary(m, v, Opcode::Reshape)?;
     let b = def_is(m, five, Opcode::BroadcastInDim)?;
-    let inner = m.ops[b].operands[0];
+    let inner = m.ops[b].operands()[0];
     let x = unary(m, inner, Opcode::Reshape)?;
     let (xd, fd, vd) = (m.values[x].ty.static_dims()?, m.values[five].ty.static_dims()?, m.values[v].ty.static_dims()?);
     let r = xd.len();
@@ -328,7 +328,7 @@ fn walk_k(m: &Module, mut v: ValueId, rank: usize) -> Option<(ValueId, f64)> {
                 break;
             }
             transposed = true;
-            v = m.ops[t].operands[0];
+            v = m.ops[t].operands()[0];
         } else {
             break;
         }
@@ -397,7 +397,7 @@ fn split_scores(m: &Module, s: ValueId) -> Option<(OpId, f64, Option<ValueId>, b
         }
     }
     let sel = def_is(m, s, Opcode::Select)?;
-    let o = &m.ops[sel].operands;
+    let o = &m.ops[sel].operands();
     if splat_f64(m, o[2])? == f64::NEG_INFINITY {
         let (dot, scale) = to_dot(o[1])?;
         return Some((dot, scale, Some(o[0]), true));
@@ -408,12 +408,12 @@ fn split_scores(m: &Module, s: ValueId) -> Option<(OpId, f64, Option<ValueId>, b
 fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
     // The output: the second dot, or the reshape that unflattens it.
-    let (d2, out) = match m.ops[op].opcode {
-        Opcode::Reshape => (def_is(m, m.ops[op].operands[0], Opcode::DotGeneral)?, result(m, op)?),
+    let (d2, out) = match m.ops[op].opcode() {
+        Opcode::Reshape => (def_is(m, m.ops[op].operands()[0], Opcode::DotGeneral)?, result(m, op)?),
         Opcode::DotGeneral => (op, result(m, op)?),
         _ => return None,
     };
-    let (p_flat, v_flat) = (m.ops[d2].operands[0], m.ops[d2].operands[1]);
+    let (p_flat, v_flat) = (m.ops[d2].operands()[0], m.ops[d2].operands()[1]);
     // Probabilities: softmax over the last dim, possibly behind the fully-masked-row guard,
     // possibly dropped out (before or after the flattening reshape).
     let (p_flat, mut dropout) = match dropout_of(m, p_flat) {
@@ -427,21 +427,21 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
         }
     }
     if let Some(sel) = def_is(m, p, Opcode::Select) {
-        if splat_f64(m, m.ops[sel].operands[1]) == Some(0.0) {
-            p = m.ops[sel].operands[2];
+        if splat_f64(m, m.ops[sel].operands()[1]) == Some(0.0) {
+            p = m.ops[sel].operands()[2];
         }
     }
     // 16-bit scores: torch's decompositions compute their softmax in f32 between two converts,
     // `convert(softmax(convert(s)))`; the composite's body keeps them (and so its rounding).
     let mut narrow = None;
     if let Some(c) = def_is(m, p, Opcode::Convert) {
-        let (x, dt) = (m.ops[c].operands[0], m.values[p].ty.dtype);
+        let (x, dt) = (m.ops[c].operands()[0], m.values[p].ty.dtype);
         if matches!(dt, DType::BF16 | DType::F16) && m.values[x].ty.dtype == DType::F32 {
             (p, narrow) = (x, Some(dt));
         }
     }
     let sm = def_is(m, p, Opcode::Softmax)?;
-    let mut s = m.ops[sm].operands[0];
+    let mut s = m.ops[sm].operands()[0];
     if m.ops[sm].attrs.int("dimension")? != rank(m, s) as i64 - 1 {
         return None;
     }
@@ -450,8 +450,8 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
     }
     let (d1, s_scale, mask, bool_mask) = split_scores(m, s)?;
     let r_out = m.values[out].ty.rank();
-    let (q, q_scale) = walk_q(m, m.ops[d1].operands[0], r_out);
-    let (k, k_scale) = walk_k(m, m.ops[d1].operands[1], r_out)?;
+    let (q, q_scale) = walk_q(m, m.ops[d1].operands()[0], r_out);
+    let (k, k_scale) = walk_k(m, m.ops[d1].operands()[1], r_out)?;
     let v = walk_v(m, v_flat, r_out);
     // Shapes: q [..., L, E], k and v [..., S, E], the output [..., L, Ev].
     let (qt, kt, vt, ot) = (&m.values[q].ty, &m.values[k].ty, &m.values[v].ty, &m.values[out].ty);
@@ -464,7 +464,7 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
     if let Some(mk) = mask {
         let mut src = mk;
         while let Some(b) = def_is(m, src, Opcode::BroadcastInDim) {
-            src = m.ops[b].operands[0];
+            src = m.ops[b].operands()[0];
         }
         let proved = *cx.causal.borrow_mut().entry((src, bool_mask)).or_insert_with(|| is_causal_mask(m, src, bool_mask));
         if proved {
@@ -506,14 +506,14 @@ fn rotate_half(m: &Module, v: ValueId) -> Option<ValueId> {
     let c = def_is(m, v, Opcode::Concatenate)?;
     let d = &m.ops[c];
     let r = rank(m, v);
-    if d.operands.len() != 2 || d.attrs.int("dimension")? != r as i64 - 1 {
+    if d.operands().len() != 2 || d.attrs.int("dimension")? != r as i64 - 1 {
         return None;
     }
-    let neg = unary(m, d.operands[0], Opcode::Neg)?;
+    let neg = unary(m, d.operands()[0], Opcode::Neg)?;
     let slice_of = |s: ValueId, lo: bool| -> Option<ValueId> {
         let op = def_is(m, s, Opcode::Slice)?;
         let sd = &m.ops[op];
-        let x = sd.operands[0];
+        let x = sd.operands()[0];
         let n = m.values[x].ty.dims[r - 1].as_static()?;
         let (st, li, str_) = (sd.attrs.ints("start_indices")?, sd.attrs.ints("limit_indices")?, sd.attrs.ints("strides")?);
         let full_rest = (0..r - 1).all(|i| st[i] == 0 && str_[i] == 1 && Some(li[i]) == m.values[x].ty.dims[i].as_static());
@@ -521,7 +521,7 @@ fn rotate_half(m: &Module, v: ValueId) -> Option<ValueId> {
         (full_rest && n % 2 == 0 && str_[r - 1] == 1 && (st[r - 1], li[r - 1]) == want).then_some(x)
     };
     let x2 = slice_of(neg, false)?;
-    let x1 = slice_of(d.operands[1], true)?;
+    let x1 = slice_of(d.operands()[1], true)?;
     (x1 == x2).then_some(x1)
 }
 
@@ -591,7 +591,7 @@ fn layer_norm_core(m: &Module, v: ValueId) -> Option<(ValueId, f64, usize)> {
     let dd = square_of(m, sq)?;
     // The centred value, the same op or an equal recomputation.
     let same = dd == d || binary(m, dd, Opcode::Sub).is_some_and(|(x2, mu2)| x2 == x && mean_of(m, mu2).is_some_and(|(x3, d3, r3)| x3 == x && broadcast_back(m, mu2, r3, &x_dims, &d3)));
-    let scale = m.ops[def_op(m, v)?].operands.iter().copied().find(|&o| o != d)?;
+    let scale = m.ops[def_op(m, v)?].operands().iter().copied().find(|&o| o != d)?;
     (same && vdims == dims && broadcast_back(m, scale, vr, &x_dims, &dims)).then_some((x, eps, dims.len()))
 }
 
@@ -612,15 +612,15 @@ fn peel_affine(m: &Module, out: ValueId) -> Vec<(ValueId, Option<ValueId>, Optio
 
 fn layer_norm(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
-    let out = *m.ops[op].results.first()?;
+    let out = *m.ops[op].results().first()?;
     for (y, w, b) in peel_affine(m, out) {
-        let (x, eps, n) = if let Some(ln) = def_op(m, y).filter(|&o| m.ops[o].opcode == Opcode::LayerNorm && m.ops[o].results[0] == y) {
+        let (x, eps, n) = if let Some(ln) = def_op(m, y).filter(|&o| m.ops[o].opcode() == Opcode::LayerNorm && m.ops[o].results()[0] == y) {
             // The op form: its statistics must be unused (inference).
             let d = &m.ops[ln];
-            if d.results[1..].iter().any(|&r| cx.uses(r) > 0) {
+            if d.results()[1..].iter().any(|&r| cx.uses(r) > 0) {
                 continue;
             }
-            (d.operands[0], d.attrs.float("epsilon")?, d.attrs.int("normalized_rank")? as usize)
+            (d.operands()[0], d.attrs.float("epsilon")?, d.attrs.int("normalized_rank")? as usize)
         } else if let Some(core) = layer_norm_core(m, y) {
             core
         } else {
@@ -685,10 +685,10 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
     let d = &m.ops[op];
     let out = result(m, op)?;
-    if d.opcode == Opcode::Gelu {
-        return Some(Match { name: "tpuc.gelu", attrs: attrs_of(d, &[("approximate", "approximate")]), inputs: vec![d.operands[0]], outputs: vec![out] });
+    if d.opcode() == Opcode::Gelu {
+        return Some(Match { name: "tpuc.gelu", attrs: attrs_of(d, &[("approximate", "approximate")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
-    if d.opcode != Opcode::Mul {
+    if d.opcode() != Opcode::Mul {
         return None;
     }
     // 0.5 · x · (1 + t) in any association: the product's factors.
@@ -752,9 +752,9 @@ fn reduced(m: &Module, v: ValueId, kind: ReduceKind) -> Option<(ValueId, i64)> {
     let d = &m.ops[r];
     match (d.attrs.get_enum::<ReduceKind>("kind"), d.attrs.ints("dimensions")) {
         (Some(k), Some([dim])) if k == kind => {
-            let x = d.operands[0];
+            let x = d.operands()[0];
             let x_dims = m.values[x].ty.dims.clone();
-            broadcast_back(m, v, d.results[0], &x_dims, &[*dim]).then_some((x, *dim))
+            broadcast_back(m, v, d.results()[0], &x_dims, &[*dim]).then_some((x, *dim))
         }
         _ => None,
     }
@@ -776,8 +776,8 @@ fn softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
     let d = &m.ops[op];
     let out = result(m, op)?;
-    if d.opcode == Opcode::Softmax {
-        return Some(Match { name: "tpuc.softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands[0]], outputs: vec![out] });
+    if d.opcode() == Opcode::Softmax {
+        return Some(Match { name: "tpuc.softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
     let (e, s) = binary(m, out, Opcode::Div)?;
     let z = unary(m, e, Opcode::Exp)?;
@@ -796,14 +796,14 @@ fn log_softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     let m = cx.m;
     let d = &m.ops[op];
     let out = result(m, op)?;
-    if d.opcode == Opcode::LogSoftmax {
-        return Some(Match { name: "tpuc.log_softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands[0]], outputs: vec![out] });
+    if d.opcode() == Opcode::LogSoftmax {
+        return Some(Match { name: "tpuc.log_softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
     let (z, l) = binary(m, out, Opcode::Sub)?;
     let s = unary(m, unbcast(m, l), Opcode::Log)?;
     let (e, dim) = reduced(m, s, ReduceKind::Sum)?;
     let r = def_is(m, unbcast(m, s), Opcode::Reduce)?;
-    if !broadcast_back(m, l, m.ops[r].results[0], &m.values[e].ty.dims.clone(), &[dim]) {
+    if !broadcast_back(m, l, m.ops[r].results()[0], &m.values[e].ty.dims.clone(), &[dim]) {
         return None;
     }
     if unary(m, e, Opcode::Exp)? != z {

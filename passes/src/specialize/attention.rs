@@ -15,22 +15,22 @@ impl Sp<'_> {
         let d = &old.ops[op];
         let a = &d.attrs;
         let dim = a.int("dimension").unwrap_or(0) as usize;
-        let dt = old.values[d.operands[0]].ty.dtype;
+        let dt = old.values[d.operands()[0]].ty.dtype;
         let padded = !lays[0][dim].is_exact();
         let known = padded
-            && (self.clean_of(d.operands[0], dim) == Some(f64::NEG_INFINITY)
-                || self.causal_scores(d.operands[0], dim, &lays[0])?);
+            && (self.clean_of(d.operands()[0], dim) == Some(f64::NEG_INFINITY)
+                || self.causal_scores(d.operands()[0], dim, &lays[0])?);
         let x = if known { ins[0] } else { self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(dt.lowest()))? };
         let mut l = lays[0].clone();
         if let DimLayout::Uniform(e) = &l[dim] {
             l[dim] = prefix(self.shape(ins[0])[dim], e.clone());
         }
         self.emit(op, &[x], &[])?;
-        self.lay.insert(d.results[0], l);
+        self.lay.insert(d.results()[0], l);
         if padded {
             // exp(-inf - max) = 0 in the padding of every valid row.
-            let z = if d.opcode == Opcode::Softmax { 0.0 } else { f64::NEG_INFINITY };
-            self.set_clean(d.results[0], dim, z);
+            let z = if d.opcode() == Opcode::Softmax { 0.0 } else { f64::NEG_INFINITY };
+            self.set_clean(d.results()[0], dim, z);
         }
         Ok(Step::Done)
     }
@@ -40,11 +40,11 @@ impl Sp<'_> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         let nr = a.int("normalized_rank").unwrap_or(1) as usize;
         let r = rank(0);
         if let Some(i) = (r - nr..r).find(|&i| !lays[0][i].is_exact()) {
-            return Err(self.fail(format!("normalizes over {}", self.padded_dim_note(d.operands[0], i))));
+            return Err(self.fail(format!("normalizes over {}", self.padded_dim_note(d.operands()[0], i))));
         }
         Ok(Step::Emit(ins, vec![lays[0].clone(), lays[0].clone(), lays[0].clone()]))
     }
@@ -54,7 +54,7 @@ impl Sp<'_> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         let r = rank(0);
         let (q, k, v) = (&lays[0], &lays[1], &lays[2]);
         if !q[r - 1].is_exact() || !k[r - 1].is_exact() || !v[r - 1].is_exact() {
@@ -65,7 +65,7 @@ impl Sp<'_> {
         if !keys_ok {
             return Err(self.fail(format!(
                 "attends over padded keys ({}) without is_causal over equally padded queries",
-                self.padded_dim_note(d.operands[1], r - 2)
+                self.padded_dim_note(d.operands()[1], r - 2)
             )));
         }
         if ins.len() == 4 && lays[3].iter().any(|x| !x.is_exact()) {
@@ -73,8 +73,8 @@ impl Sp<'_> {
         }
         let mut l = Vec::new();
         for i in 0..r - 2 {
-            let x = self.unify(&q[i], &k[i], d.operands[1], i)?;
-            l.push(self.unify(&x, &v[i], d.operands[2], i)?);
+            let x = self.unify(&q[i], &k[i], d.operands()[1], i)?;
+            l.push(self.unify(&x, &v[i], d.operands()[2], i)?);
         }
         l.push(q[r - 2].clone());
         l.push(DimLayout::Exact);
@@ -100,10 +100,10 @@ impl Sp<'_> {
         }
         let Some(op) = self.old.defining_op(x) else { return Ok(false) };
         let d = &self.old.ops[op];
-        if d.opcode != Opcode::Add {
+        if d.opcode() != Opcode::Add {
             return Ok(false);
         }
-        for (s, bias) in [(d.operands[0], d.operands[1]), (d.operands[1], d.operands[0])] {
+        for (s, bias) in [(d.operands()[0], d.operands()[1]), (d.operands()[1], d.operands()[0])] {
             if !self.causal_bias(self.vmap[&bias], dim) {
                 continue;
             }
@@ -121,13 +121,13 @@ impl Sp<'_> {
         let (mut v, mut q, mut k) = (bias, Some(dim - 1), Some(dim));
         while let Some(op) = self.new.defining_op(v) {
             let od = &self.new.ops[op];
-            if od.opcode != Opcode::BroadcastInDim {
+            if od.opcode() != Opcode::BroadcastInDim {
                 break;
             }
             let bd = od.attrs.ints("broadcast_dimensions").unwrap_or(&[]);
             q = q.and_then(|q| bd.iter().position(|&x| x == q as i64));
             k = k.and_then(|k| bd.iter().position(|&x| x == k as i64));
-            v = od.operands[0];
+            v = od.operands()[0];
         }
         let (Some(q), Some(k)) = (q, k) else { return false };
         let Some((dims, vals)) = crate::eval::eval_f64s(&self.new, v, 1 << 22) else { return false };
@@ -149,26 +149,26 @@ impl Sp<'_> {
         loop {
             let Some(op) = self.new.defining_op(v) else { return Ok(false) };
             let od = &self.new.ops[op];
-            match od.opcode {
+            match od.opcode() {
                 Opcode::Reshape => {
-                    let (inn, out) = (self.shape(od.operands[0]), self.shape(v));
+                    let (inn, out) = (self.shape(od.operands()[0]), self.shape(v));
                     let tail = out.len() - d;
                     if inn.len() < tail || inn[inn.len() - tail..] != out[d..] {
                         return Ok(false);
                     }
                     d = inn.len() - tail;
-                    v = od.operands[0];
+                    v = od.operands()[0];
                 }
                 Opcode::Transpose => {
                     d = od.attrs.ints("permutation").and_then(|p| p.get(d)).copied().unwrap_or(0) as usize;
-                    v = od.operands[0];
+                    v = od.operands()[0];
                 }
                 Opcode::Mul | Opcode::Div | Opcode::Convert => {
-                    let finite = od.operands.iter().skip(1).all(|&o| crate::util::splat_f64(&self.new, o).is_some_and(f64::is_finite));
+                    let finite = od.operands().iter().skip(1).all(|&o| crate::util::splat_f64(&self.new, o).is_some_and(f64::is_finite));
                     if !finite {
                         return Ok(false);
                     }
-                    v = od.operands[0];
+                    v = od.operands()[0];
                 }
                 Opcode::DotGeneral => {
                     let ints = |n: &str| od.attrs.ints(n).unwrap_or(&[]).to_vec();
@@ -177,7 +177,7 @@ impl Sp<'_> {
                     let free = |rank: usize, b: &[i64], c: &[i64]| -> Vec<usize> {
                         (0..rank).filter(|i| !b.contains(&(*i as i64)) && !c.contains(&(*i as i64))).collect()
                     };
-                    let (ls, rs) = (self.shape(od.operands[0]), self.shape(od.operands[1]));
+                    let (ls, rs) = (self.shape(od.operands()[0]), self.shape(od.operands()[1]));
                     let (lf, rf) = (free(ls.len(), &lb, &lc), free(rs.len(), &rb, &rc));
                     let (side, sd) = if d < lb.len() {
                         return Ok(false);
@@ -186,7 +186,7 @@ impl Sp<'_> {
                     } else {
                         (1, rf[d - lb.len() - lf.len()])
                     };
-                    let operand = od.operands[side];
+                    let operand = od.operands()[side];
                     if self.shape(operand)[sd] != padded {
                         return Ok(false);
                     }
@@ -228,30 +228,30 @@ impl Sp<'_> {
                 return Ok(true);
             }
             let Some(op) = self.new.defining_op(cur) else { break };
-            if self.new.ops[op].block != Some(self.block) {
+            if self.new.ops[op].block() != Some(self.block) {
                 break;
             }
             at = Some((cur, d, op));
             let od = &self.new.ops[op];
-            let next = match od.opcode {
-                Opcode::Reshape => kept_reshape_dim(&self.shape(od.operands[0]), &self.shape(cur), d),
+            let next = match od.opcode() {
+                Opcode::Reshape => kept_reshape_dim(&self.shape(od.operands()[0]), &self.shape(cur), d),
                 Opcode::Transpose => od.attrs.ints("permutation").and_then(|p| p.get(d)).map(|&x| x as usize),
                 Opcode::Slice => {
-                    let whole = self.shape(od.operands[0])[d] == self.shape(cur)[d]
+                    let whole = self.shape(od.operands()[0])[d] == self.shape(cur)[d]
                         && od.attrs.ints("strides").is_none_or(|s| s.get(d).is_none_or(|&x| x == 1));
                     whole.then_some(d)
                 }
                 Opcode::Convert => Some(d),
                 Opcode::Mul | Opcode::Div => {
-                    let ok = od.operands.len() == 2
-                        && crate::util::splat_f64(&self.new, od.operands[1]).is_some_and(|c| c.is_finite() && c != 0.0);
+                    let ok = od.operands().len() == 2
+                        && crate::util::splat_f64(&self.new, od.operands()[1]).is_some_and(|c| c.is_finite() && c != 0.0);
                     ok.then_some(d)
                 }
                 _ => None,
             };
             match next {
                 Some(nd) => {
-                    cur = od.operands[0];
+                    cur = od.operands()[0];
                     d = nd;
                 }
                 None => break,

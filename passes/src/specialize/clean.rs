@@ -29,30 +29,30 @@ impl Sp<'_> {
     /// transposes, and reshapes and broadcasts that keep a padded dim whole.
     pub(super) fn propagate_clean(&mut self, op: OpId) {
         let d = &self.old.ops[op];
-        let Some(&r) = d.results.first() else { return };
+        let Some(&r) = d.results().first() else { return };
         let lay = self.lay[&r].clone();
         let mut out: Vec<Option<f64>> = vec![None; lay.len()];
-        match d.opcode {
+        match d.opcode() {
             Opcode::Transpose => {
                 let p = d.attrs.ints("permutation").unwrap_or(&[]).to_vec();
                 for (o, &i) in p.iter().enumerate() {
-                    out[o] = self.clean_of(d.operands[0], i as usize);
+                    out[o] = self.clean_of(d.operands()[0], i as usize);
                 }
             }
             Opcode::BroadcastInDim => {
                 let bd = d.attrs.ints("broadcast_dimensions").unwrap_or(&[]).to_vec();
-                let src = &self.lay[&d.operands[0]];
+                let src = &self.lay[&d.operands()[0]];
                 for (k, &o) in bd.iter().enumerate() {
                     if !lay[o as usize].is_exact() && src[k] == lay[o as usize] {
-                        out[o as usize] = self.clean_of(d.operands[0], k);
+                        out[o as usize] = self.clean_of(d.operands()[0], k);
                     }
                 }
             }
             Opcode::Reshape => {
                 // A padded dim that keeps its place counted from the end (the same dims after
                 // it) is the same dim.
-                let (inn, outs) = (self.old_dims(d.operands[0]), self.old_dims(r));
-                let src = &self.lay[&d.operands[0]];
+                let (inn, outs) = (self.old_dims(d.operands()[0]), self.old_dims(r));
+                let src = &self.lay[&d.operands()[0]];
                 for (o, l) in lay.iter().enumerate() {
                     let tail = outs.len() - o;
                     if l.is_exact() || inn.len() < tail || inn[inn.len() - tail..] != outs[o..] {
@@ -60,13 +60,13 @@ impl Sp<'_> {
                     }
                     let i = inn.len() - tail;
                     if src[i] == *l {
-                        out[o] = self.clean_of(d.operands[0], i);
+                        out[o] = self.clean_of(d.operands()[0], i);
                     }
                 }
             }
             Opcode::Select => {
                 for (dim, slot) in out.iter_mut().enumerate() {
-                    let (a, b) = (self.clean_of(d.operands[1], dim), self.clean_of(d.operands[2], dim));
+                    let (a, b) = (self.clean_of(d.operands()[1], dim), self.clean_of(d.operands()[2], dim));
                     if let (Some(a), Some(b)) = (a, b) {
                         if a == b {
                             *slot = Some(a);
@@ -79,7 +79,7 @@ impl Sp<'_> {
                     if lay[dim].is_exact() {
                         continue;
                     }
-                    let vals: Option<Vec<f64>> = d.operands.iter().map(|&v| self.clean_of(v, dim)).collect();
+                    let vals: Option<Vec<f64>> = d.operands().iter().map(|&v| self.clean_of(v, dim)).collect();
                     *slot = vals.and_then(|v| elementwise_f64(opc, &d.attrs, &v));
                 }
             }

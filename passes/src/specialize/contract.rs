@@ -24,7 +24,7 @@ impl Sp<'_> {
         // layout; other mismatches are errors, never a silent pairing of different rows.
         let mut regathered = [false, false];
         for (&x, &y) in lc.iter().zip(&rc) {
-            if let (_, Some(side)) = self.pair_dims(&mut ins, &mut lays, [x as usize, y as usize], d.operands[1])? {
+            if let (_, Some(side)) = self.pair_dims(&mut ins, &mut lays, [x as usize, y as usize], d.operands()[1])? {
                 regathered[side] = true;
             }
         }
@@ -33,10 +33,10 @@ impl Sp<'_> {
         let (mut lm, mut rm) = (Vec::new(), Vec::new());
         for (&x, &y) in lc.iter().zip(&rc) {
             let (x, y) = (x as usize, y as usize);
-            if regathered[0] || self.clean_of(d.operands[0], x) != Some(0.0) {
+            if regathered[0] || self.clean_of(d.operands()[0], x) != Some(0.0) {
                 lm.push(x);
             }
-            if regathered[1] || self.clean_of(d.operands[1], y) != Some(0.0) {
+            if regathered[1] || self.clean_of(d.operands()[1], y) != Some(0.0) {
                 rm.push(y);
             }
         }
@@ -55,7 +55,7 @@ impl Sp<'_> {
         let rhs = self.mask(ins[1], &lays[1], &rm, Fill::Scalar(Scalar::Float(0.0)))?;
         let mut l = Vec::new();
         for (&x, &y) in lb.iter().zip(&rb) {
-            l.push(self.unify(&lays[0][x as usize], &lays[1][y as usize], d.operands[1], y as usize)?);
+            l.push(self.unify(&lays[0][x as usize], &lays[1][y as usize], d.operands()[1], y as usize)?);
         }
         for (side, (b, c)) in [(&lb, &lc), (&rb, &rc)].into_iter().enumerate() {
             for (i, x) in lays[side].iter().enumerate() {
@@ -72,7 +72,7 @@ impl Sp<'_> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         if lays[1].iter().any(|x| !x.is_exact()) {
             return Err(self.fail("the convolution kernel has a padded dim"));
         }
@@ -80,7 +80,7 @@ impl Sp<'_> {
         if a.int("batch_group_count").unwrap_or(1) != 1 && !lays[0][0].is_exact() {
             return Err(self.fail("a grouped-batch convolution over a padded batch"));
         }
-        let dims = self.old_dims(d.results[0]);
+        let dims = self.old_dims(d.results()[0]);
         let mut l = vec![lays[0][0].clone(), DimLayout::Exact];
         for i in 2..nd {
             l.push(match &lays[0][i] {
@@ -89,7 +89,7 @@ impl Sp<'_> {
                     Some(e) => self.prefix_of(e.clone()),
                     None => DimLayout::Exact,
                 },
-                _ => return Err(self.not_prefix("uses", d.operands[0], i)),
+                _ => return Err(self.not_prefix("uses", d.operands()[0], i)),
             });
         }
         let x = self.mask(ins[0], &lays[0], &(1..nd).collect::<Vec<_>>(), Fill::Scalar(Scalar::Float(0.0)))?;

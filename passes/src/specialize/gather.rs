@@ -28,8 +28,8 @@ impl Sp<'_> {
         let (offset, collapsed, obatch, start_map, sizes) =
             (ints("offset_dims"), ints("collapsed_slice_dims"), ints("operand_batching_dims"), ints("start_index_map"), ints("slice_sizes"));
         let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
-        let op_shape = self.spec_type(&self.old.values[d.operands[0]].ty)?.static_dims().unwrap_or_default();
-        let out_rank = self.old.values[d.results[0]].ty.rank();
+        let op_shape = self.spec_type(&self.old.values[d.operands()[0]].ty)?.static_dims().unwrap_or_default();
+        let out_rank = self.old.values[d.results()[0]].ty.rank();
         if lays[1].get(ivd).is_some_and(|x| !x.is_exact()) {
             return Err(self.fail("the index vector dim of a gather is padded"));
         }
@@ -45,7 +45,7 @@ impl Sp<'_> {
             } else if sizes[i] == 1 || start_map.contains(&(i as i64)) && sizes[i] <= 1 {
                 offset_lays.push(DimLayout::Exact);
             } else {
-                return Err(self.fail(format!("gathers a window of {}", self.padded_dim_note(d.operands[0], i))));
+                return Err(self.fail(format!("gathers a window of {}", self.padded_dim_note(d.operands()[0], i))));
             }
         }
         let batch_lays: Vec<DimLayout> = lays[1].iter().enumerate().filter(|(i, _)| *i != ivd).map(|(_, x)| x.clone()).collect();
@@ -60,7 +60,7 @@ impl Sp<'_> {
     fn pair_batch_dims(&mut self, op: OpId, ins: &mut [ValueId], lays: &mut [Layout]) -> R<()> {
         let d = &self.old.ops[op];
         let ints = |n: &str| d.attrs.ints(n).unwrap_or(&[]).to_vec();
-        let index = d.operands[1];
+        let index = d.operands()[1];
         for (o, i) in ints("operand_batching_dims").into_iter().zip(ints("start_indices_batching_dims")) {
             let (o, i) = (o as usize, i as usize);
             let (agreed, _) = self.pair_dims(ins, lays, [o, i], index)?;
@@ -98,13 +98,13 @@ impl Sp<'_> {
                 wi += 1;
                 let full = upd_shape[k] == op_shape[od] && *x == lays[0][od];
                 if !x.is_exact() && !full {
-                    return Err(self.fail(format!("the scatter's update window {}", self.padded_dim_note(d.operands[2], k))));
+                    return Err(self.fail(format!("the scatter's update window {}", self.padded_dim_note(d.operands()[2], k))));
                 }
             } else {
                 let want = batch.get(bi).copied().cloned().unwrap_or(DimLayout::Exact);
                 bi += 1;
-                if !x.is_exact() && self.unify(x, &want, d.operands[2], k).is_err() {
-                    return Err(self.fail(format!("the scatter's updates are padded unlike its indices ({})", self.padded_dim_note(d.operands[2], k))));
+                if !x.is_exact() && self.unify(x, &want, d.operands()[2], k).is_err() {
+                    return Err(self.fail(format!("the scatter's updates are padded unlike its indices ({})", self.padded_dim_note(d.operands()[2], k))));
                 }
             }
         }

@@ -13,13 +13,13 @@ impl Sp<'_> {
         for (k, l) in lays.iter().enumerate() {
             let r = l.len();
             if let Some(i) = (r.saturating_sub(2)..r).find(|&i| !l[i].is_exact()) {
-                return Err(self.fail(format!("factors or solves over {}", self.padded_dim_note(d.operands[k], i))));
+                return Err(self.fail(format!("factors or solves over {}", self.padded_dim_note(d.operands()[k], i))));
             }
         }
         // Batch dims keep their layouts; each result drops to its own rank.
         let batch = &lays[lays.len() - 1];
         let outs = d
-            .results
+            .results()
             .iter()
             .map(|&v| {
                 let r = old.values[v].ty.rank();
@@ -40,7 +40,7 @@ impl Sp<'_> {
         let a = &d.attrs;
         let dim = a.int("dimension").unwrap_or(0) as usize;
         if !lays[0][dim].is_exact() {
-            return Err(self.fail(format!("moves blocks along {}", self.padded_dim_note(d.operands[0], dim))));
+            return Err(self.fail(format!("moves blocks along {}", self.padded_dim_note(d.operands()[0], dim))));
         }
         Ok(Step::Emit(ins, vec![lays[0].clone()]))
     }
@@ -50,11 +50,11 @@ impl Sp<'_> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         let k = a.ints("fft_length").map_or(1, |l| l.len());
         let r = rank(0);
         if let Some(i) = (r.saturating_sub(k)..r).find(|&i| !lays[0][i].is_exact()) {
-            return Err(self.fail(format!("transforms {}", self.padded_dim_note(d.operands[0], i))));
+            return Err(self.fail(format!("transforms {}", self.padded_dim_note(d.operands()[0], i))));
         }
         Ok(Step::Emit(ins, vec![lays[0].clone()]))
     }

@@ -112,7 +112,7 @@ impl Sp<'_> {
                 Some(None) => SymExpr::constant(p),
                 Some(Some(e)) => e.clone(),
                 None => {
-                    return Err(self.not_prefix("joins", d.operands[k], dim))
+                    return Err(self.not_prefix("joins", d.operands()[k], dim))
                 }
             });
         }

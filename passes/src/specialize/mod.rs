@@ -114,11 +114,11 @@ pub fn result_layouts(m: &Module) -> Vec<Layout> {
     let entry = m.entry_block(f);
     let Some(ret) = m.terminator(entry) else { return Vec::new() };
     m.ops[ret]
-        .operands
+        .operands()
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            f.results.get(i).and_then(|r| r.layout.clone()).unwrap_or_else(|| vec![DimLayout::Exact; m.values[v].ty.rank()])
+            f.results().get(i).and_then(|r| r.layout.clone()).unwrap_or_else(|| vec![DimLayout::Exact; m.values[v].ty.rank()])
         })
         .collect()
 }
@@ -154,7 +154,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         zeroed: Default::default(),
     };
     let mut args = Vec::new();
-    for (i, &a) in module.blocks[entry].args.iter().enumerate() {
+    for (i, &a) in module.blocks[entry].args().iter().enumerate() {
         let ty = &module.values[a].ty;
         args.push((sp.spec_type(ty)?, func.args[i].clone()));
     }
@@ -164,11 +164,11 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         args.push((TensorType::scalar(DType::I64), ArgInfo { kind: ArgKind::SymInt, name: s.name.to_string() }));
     }
     let (fi, block) = sp.new.add_func("main", args);
-    sp.new.funcs[fi].results = func.results.clone();
+    sp.new.funcs[fi].results = func.results().to_vec();
     sp.new.symbols = module.symbols.clone();
     sp.block = block;
-    let new_args = sp.new.blocks[block].args.clone();
-    for (i, &a) in module.blocks[entry].args.iter().enumerate() {
+    let new_args = sp.new.blocks[block].args().to_vec();
+    for (i, &a) in module.blocks[entry].args().iter().enumerate() {
         sp.vmap.insert(a, new_args[i]);
         let ty = &module.values[a].ty;
         let layout = ty
@@ -249,7 +249,7 @@ impl<'a> Sp<'a> {
         let mut m = String::from("cannot bucket ");
         let mut rule = None;
         if let Some(op) = self.cur {
-            let opcode = self.old.ops[op].opcode;
+            let opcode = self.old.ops[op].opcode();
             m += &format!("`{opcode}`");
             if let Some(l) = self.old.loc(op) {
                 m += &format!(" at {l}");
@@ -319,13 +319,13 @@ impl<'a> Sp<'a> {
         let old = self.old;
         for op in old.ops_in(old_block) {
             let d = &old.ops[op];
-            if d.opcode.is_terminator() {
-                let outs: Vec<ValueId> = d.operands.to_vec();
+            if d.opcode().is_terminator() {
+                let outs: Vec<ValueId> = d.operands().to_vec();
                 if mode != BlockMode::Inline {
                     let new_ops: Vec<ValueId> = outs.iter().map(|v| self.vmap[v]).collect();
                     self.cur = Some(op);
                     self.set_loc(op);
-                    let t = self.new.create_op(d.opcode, &new_ops, Attrs::new(), Some(&[]), &[]).map_err(|e| self.ir(e))?;
+                    let t = self.new.create_op(d.opcode(), &new_ops, Attrs::new(), Some(&[]), &[]).map_err(|e| self.ir(e))?;
                     self.new.append_op(self.block, t);
                 }
                 return Ok(outs);

@@ -20,20 +20,20 @@ impl Sp<'_> {
         let d = &old.ops[op];
         self.cur = Some(op);
         self.set_loc(op);
-        let ins: Vec<ValueId> = d.operands.iter().map(|v| self.vmap[v]).collect();
-        let lays: Vec<Layout> = d.operands.iter().map(|v| self.lay[v].clone()).collect();
+        let ins: Vec<ValueId> = d.operands().iter().map(|v| self.vmap[v]).collect();
+        let lays: Vec<Layout> = d.operands().iter().map(|v| self.lay[v].clone()).collect();
         let all_exact = lays.iter().all(|l| l.iter().all(DimLayout::is_exact));
-        let static_results = d.results.iter().all(|&r| old.values[r].ty.is_static());
-        if all_exact && static_results && d.opcode != Opcode::Composite {
+        let static_results = d.results().iter().all(|&r| old.values[r].ty.is_static());
+        if all_exact && static_results && d.opcode() != Opcode::Composite {
             let outs = self.emit(op, &ins, &[])?;
-            for (&r, _) in d.results.iter().zip(&outs) {
+            for (&r, _) in d.results().iter().zip(&outs) {
                 self.lay.insert(r, vec![DimLayout::Exact; old.values[r].ty.rank()]);
             }
             return Ok(());
         }
         use Opcode::*;
-        let out_rank = old.values[d.results[0]].ty.rank();
-        let step = match d.opcode {
+        let out_rank = old.values[d.results()[0]].ty.rank();
+        let step = match d.opcode() {
             Constant => Step::Emit(ins, vec![vec![DimLayout::Exact; out_rank]]),
             Iota => self.iota(op, ins)?,
             Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor
@@ -69,7 +69,7 @@ impl Sp<'_> {
         };
         let Step::Emit(new_ins, out_lays) = step else { return Ok(()) };
         let outs = self.emit(op, &new_ins, &[])?;
-        for ((&r, _), l) in d.results.iter().zip(&outs).zip(out_lays) {
+        for ((&r, _), l) in d.results().iter().zip(&outs).zip(out_lays) {
             self.lay.insert(r, l);
         }
         self.propagate_clean(op);
@@ -86,12 +86,12 @@ impl Sp<'_> {
     /// [`Self::emit`] with other attributes.
     pub(super) fn emit_with(&mut self, op: OpId, ins: &[ValueId], attrs: Attrs, regions: &[RegionId]) -> R<Vec<ValueId>> {
         let d = &self.old.ops[op];
-        let types = d.results.iter().map(|&r| self.spec_type(&self.old.values[r].ty)).collect::<R<Vec<_>>>()?;
-        let n = self.new.create_op(d.opcode, ins, attrs, Some(&types), regions).map_err(|e| self.ir(e))?;
+        let types = d.results().iter().map(|&r| self.spec_type(&self.old.values[r].ty)).collect::<R<Vec<_>>>()?;
+        let n = self.new.create_op(d.opcode(), ins, attrs, Some(&types), regions).map_err(|e| self.ir(e))?;
         self.new.append_op(self.block, n);
         self.new.set_loc(n, self.loc);
-        let outs = self.new.ops[n].results.to_vec();
-        for (&r, &v) in d.results.iter().zip(&outs) {
+        let outs = self.new.ops[n].results().to_vec();
+        for (&r, &v) in d.results().iter().zip(&outs) {
             self.vmap.insert(r, v);
         }
         Ok(outs)
@@ -101,17 +101,17 @@ impl Sp<'_> {
     fn composite(&mut self, op: OpId, ins: &[ValueId]) -> R<()> {
         let old = self.old;
         let d = &old.ops[op];
-        let body = old.regions[d.regions[0]].blocks[0];
-        let padded = d.operands.iter().any(|v| self.lay[v].iter().any(|x| !x.is_exact()));
-        let args = old.blocks[body].args.clone();
+        let body = old.regions[d.regions()[0]].blocks()[0];
+        let padded = d.operands().iter().any(|v| self.lay[v].iter().any(|x| !x.is_exact()));
+        let args = old.blocks[body].args().to_vec();
         if padded {
             for (i, &a) in args.iter().enumerate() {
                 self.vmap.insert(a, ins[i]);
-                let l = self.lay[&d.operands[i]].clone();
+                let l = self.lay[&d.operands()[i]].clone();
                 self.lay.insert(a, l);
             }
             let outs = self.block_ops(body, BlockMode::Inline)?;
-            for (&r, o) in d.results.iter().zip(outs) {
+            for (&r, o) in d.results().iter().zip(outs) {
                 let (v, l) = (self.vmap[&o], self.lay[&o].clone());
                 self.vmap.insert(r, v);
                 self.lay.insert(r, l);
@@ -120,7 +120,7 @@ impl Sp<'_> {
         }
         let types = args.iter().map(|&a| self.spec_type(&old.values[a].ty)).collect::<R<Vec<_>>>()?;
         let (region, block) = self.new.new_region(&types);
-        let new_args = self.new.blocks[block].args.clone();
+        let new_args = self.new.blocks[block].args().to_vec();
         for (i, &a) in args.iter().enumerate() {
             self.vmap.insert(a, new_args[i]);
             self.lay.insert(a, vec![DimLayout::Exact; old.values[a].ty.rank()]);
@@ -132,7 +132,7 @@ impl Sp<'_> {
         self.cur = cur;
         self.loc = loc;
         let outs = self.emit(op, ins, &[region])?;
-        for (&r, _) in d.results.iter().zip(&outs) {
+        for (&r, _) in d.results().iter().zip(&outs) {
             self.lay.insert(r, vec![DimLayout::Exact; old.values[r].ty.rank()]);
         }
         Ok(())
@@ -143,7 +143,7 @@ impl Sp<'_> {
         let d = &self.old.ops[op];
         let a = &d.attrs;
         let dim = a.int("dimension").unwrap_or(0) as usize;
-        let l = self.old_dims(d.results[0])
+        let l = self.old_dims(d.results()[0])
             .into_iter()
             .enumerate()
             .map(|(i, e)| match e {
@@ -175,7 +175,7 @@ impl Sp<'_> {
         let mut l = lays[0].clone();
         for (k, other) in lays.iter().enumerate().skip(1) {
             for (i, x) in other.iter().enumerate() {
-                l[i] = self.unify(&l[i], x, d.operands[k], i)?;
+                l[i] = self.unify(&l[i], x, d.operands()[k], i)?;
             }
         }
         Ok(Step::Emit(ins, vec![l]))

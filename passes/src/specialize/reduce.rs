@@ -14,13 +14,13 @@ impl Sp<'_> {
         let d = &old.ops[op];
         let a = &d.attrs;
         let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         let dims = as_usize(&ints("dimensions"));
         let kind: ReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no reduction kind"))?;
-        let dt = old.values[d.operands[0]].ty.dtype;
+        let dt = old.values[d.operands()[0]].ty.dtype;
         let fill = kind.identity(dt);
         let f = fill.as_f64();
-        let need: Vec<usize> = dims.iter().copied().filter(|&i| self.clean_of(d.operands[0], i) != Some(f)).collect();
+        let need: Vec<usize> = dims.iter().copied().filter(|&i| self.clean_of(d.operands()[0], i) != Some(f)).collect();
         let x = self.mask(ins[0], &lays[0], &need, Fill::Scalar(fill))?;
         let l = (0..rank(0)).filter(|i| !dims.contains(i)).map(|i| lays[0][i].clone()).collect();
         Ok(Step::Emit(vec![x], vec![l]))
@@ -31,10 +31,10 @@ impl Sp<'_> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands[i]].ty.rank();
+        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         let dim = a.int("dimension").unwrap_or(0) as usize;
         let kind: ArgReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
-        let dt = old.values[d.operands[0]].ty.dtype;
+        let dt = old.values[d.operands()[0]].ty.dtype;
         let fill = if kind == ArgReduceKind::Argmax { dt.lowest() } else { dt.highest() };
         let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
         let l = (0..rank(0)).filter(|&i| i != dim).map(|i| lays[0][i].clone()).collect();
@@ -48,7 +48,7 @@ impl Sp<'_> {
         let a = &d.attrs;
         let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
         let kind: WindowKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
-        let dt = old.values[d.operands[0]].ty.dtype;
+        let dt = old.values[d.operands()[0]].ty.dtype;
         let fill = ReduceKind::from(kind).identity(dt);
         let (win, st, bd, wd, pad) = (
             ints("window_dimensions"),
@@ -57,7 +57,7 @@ impl Sp<'_> {
             ints("window_dilations"),
             ints("padding"),
         );
-        let dims = self.old_dims(d.results[0]);
+        let dims = self.old_dims(d.results()[0]);
         let mut l = Vec::new();
         let mut mask_dims = Vec::new();
         for (i, x) in lays[0].iter().enumerate() {
@@ -72,7 +72,7 @@ impl Sp<'_> {
                 continue;
             }
             if x.prefix_extent().is_none() {
-                return Err(self.not_prefix("uses", d.operands[0], i));
+                return Err(self.not_prefix("uses", d.operands()[0], i));
             }
             mask_dims.push(i);
             l.push(match &dims[i] {
@@ -97,7 +97,7 @@ impl Sp<'_> {
             }
             DimLayout::Factors(f) if f.len() == 1 => lays[0][dim].clone(),
             DimLayout::Factors(_) => {
-                return Err(self.not_prefix("scans", d.operands[0], dim))
+                return Err(self.not_prefix("scans", d.operands()[0], dim))
             }
         };
         Ok(Step::Emit(ins, vec![l]))
@@ -115,12 +115,12 @@ impl Sp<'_> {
         } else {
             let e = match lays[0][dim].prefix_extent() {
                 Some(Some(e)) => e.clone(),
-                _ => return Err(self.not_prefix("sorts along", d.operands[0], dim)),
+                _ => return Err(self.not_prefix("sorts along", d.operands()[0], dim)),
             };
             // The padding sorts after every valid element: the sort is stable, and NaN
             // is the largest value (torch's order), so ascending pads with NaN (or the
             // largest integer) and descending with the lowest value.
-            let dt = old.values[d.operands[0]].ty.dtype;
+            let dt = old.values[d.operands()[0]].ty.dtype;
             let descending = a.bool("descending").unwrap_or(false);
             let fill = match (descending, dt.is_float()) {
                 (false, true) => Scalar::Float(f64::NAN),

@@ -13,8 +13,8 @@ impl Sp<'_> {
         let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
         let bd = ints("broadcast_dimensions");
         let in_shape = self.shape(ins[0]);
-        let dims = self.old_dims(d.results[0]);
-        let out_shape = self.spec_type(&old.values[d.results[0]].ty)?.static_dims().unwrap_or_default();
+        let dims = self.old_dims(d.results()[0]);
+        let out_shape = self.spec_type(&old.values[d.results()[0]].ty)?.static_dims().unwrap_or_default();
         let mut l: Layout =
             dims.iter().map(|e| e.clone().map_or(DimLayout::Exact, DimLayout::Uniform)).collect();
         for (i, &o) in bd.iter().enumerate() {
@@ -37,15 +37,15 @@ impl Sp<'_> {
     /// Regroups factors; a prefix split into a product of sizes is regathered first.
     pub(super) fn reshape(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        match self.reshape_layout(d.operands[0], &lays[0], d.results[0]) {
+        match self.reshape_layout(d.operands()[0], &lays[0], d.results()[0]) {
             Ok(l) => Ok(Step::Emit(ins, vec![l])),
             Err(e) => {
                 // A prefix split into a product of sizes (a host-padded `[b*s, v]` viewed as
                 // `[b, s, v]`): regathered into the product's layout, the split is clean.
-                let Some((x, lay)) = self.regather_splits(ins[0], d.operands[0], &lays[0], d.results[0])? else {
+                let Some((x, lay)) = self.regather_splits(ins[0], d.operands()[0], &lays[0], d.results()[0])? else {
                     return Err(e);
                 };
-                let l = self.reshape_layout(d.operands[0], &lay, d.results[0])?;
+                let l = self.reshape_layout(d.operands()[0], &lay, d.results()[0])?;
                 Ok(Step::Emit(vec![x], vec![l]))
             }
         }
@@ -70,9 +70,9 @@ impl Sp<'_> {
                 .map(|(i, x)| if st[i] == 0 && limits[i] == shape[i] && str_[i] == 1 { x.clone() } else { DimLayout::Exact })
                 .collect::<Vec<_>>();
             if let Some(i) = (0..l.len()).find(|&i| !lays[0][i].is_exact() && l[i].is_exact()) {
-                return Err(self.fail(format!("cuts {}", self.padded_dim_note(d.operands[0], i))));
+                return Err(self.fail(format!("cuts {}", self.padded_dim_note(d.operands()[0], i))));
             }
-            self.lay.insert(d.results[0], l);
+            self.lay.insert(d.results()[0], l);
             let _ = outs;
             return Ok(Step::Done);
         }
@@ -87,14 +87,14 @@ impl Sp<'_> {
                     if lim[i] > lo {
                         return Err(self.fail(format!(
                             "{} is cut at {} but can be as small as {lo}",
-                            self.padded_dim_note(d.operands[0], i),
+                            self.padded_dim_note(d.operands()[0], i),
                             lim[i]
                         )));
                     }
                     DimLayout::Exact
                 }
                 DimLayout::Factors(_) => {
-                    return Err(self.not_prefix("uses", d.operands[0], i))
+                    return Err(self.not_prefix("uses", d.operands()[0], i))
                 }
             });
         }
@@ -110,18 +110,18 @@ impl Sp<'_> {
         for (k, other) in lays.iter().enumerate().skip(1) {
             for (i, x) in other.iter().enumerate() {
                 if i != dim {
-                    l[i] = self.unify(&l[i], x, d.operands[k], i)?;
+                    l[i] = self.unify(&l[i], x, d.operands()[k], i)?;
                 }
             }
         }
         let last = lays.len() - 1;
         if lays[..last].iter().all(|x| x[dim].is_exact()) {
             // Only the last operand is padded: the valid part stays a prefix.
-            l[dim] = match (&lays[last][dim], self.old_dims(d.results[0])[dim].clone()) {
+            l[dim] = match (&lays[last][dim], self.old_dims(d.results()[0])[dim].clone()) {
                 (DimLayout::Exact, _) | (_, None) => DimLayout::Exact,
                 (x, Some(e)) => match x.prefix_extent() {
                     Some(_) => self.prefix_of(e),
-                    None => return Err(self.not_prefix("joins", d.operands[last], dim)),
+                    None => return Err(self.not_prefix("joins", d.operands()[last], dim)),
                 },
             };
             Ok(Step::Emit(ins, vec![l]))
@@ -129,10 +129,10 @@ impl Sp<'_> {
             // A padded operand before another: join, then gather every valid element
             // to its place (KV caches: `cat([past, new])`).
             let x = self.concat_gather(op, &ins, &lays, dim)?;
-            let e = self.old_dims(d.results[0])[dim].clone().unwrap_or_default();
+            let e = self.old_dims(d.results()[0])[dim].clone().unwrap_or_default();
             l[dim] = prefix(self.shape(x)[dim], e);
-            self.vmap.insert(d.results[0], x);
-            self.lay.insert(d.results[0], l);
+            self.vmap.insert(d.results()[0], x);
+            self.lay.insert(d.results()[0], l);
             Ok(Step::Done)
         }
     }
@@ -142,7 +142,7 @@ impl Sp<'_> {
         let d = &self.old.ops[op];
         let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
         let (lo, hi, int) = (ints("edge_padding_low"), ints("edge_padding_high"), ints("interior_padding"));
-        let dims = self.old_dims(d.results[0]);
+        let dims = self.old_dims(d.results()[0]);
         let mut mask_dims = Vec::new();
         let mut l = lays[0].clone();
         for (i, x) in lays[0].iter().enumerate() {
@@ -152,7 +152,7 @@ impl Sp<'_> {
             if x.prefix_extent().is_none() || int[i] != 0 || hi[i] < 0 {
                 return Err(self.fail(format!(
                     "pads {} with interior or negative high padding, or it is a product of padded dims",
-                    self.padded_dim_note(d.operands[0], i)
+                    self.padded_dim_note(d.operands()[0], i)
                 )));
             }
             mask_dims.push(i);
@@ -179,7 +179,7 @@ impl Sp<'_> {
                 DimLayout::Uniform(_) => {}
                 DimLayout::Factors(f) if f.len() == 1 => gathers.push((i, f[0].extent.clone())),
                 DimLayout::Factors(_) => {
-                    return Err(self.not_prefix("reverses", d.operands[0], i))
+                    return Err(self.not_prefix("reverses", d.operands()[0], i))
                 }
             }
             if let DimLayout::Uniform(_) = &lays[0][i] {
@@ -196,8 +196,8 @@ impl Sp<'_> {
         for (i, e) in gathers {
             x = self.reverse_prefix(x, i, &e)?;
         }
-        self.vmap.insert(d.results[0], x);
-        self.lay.insert(d.results[0], l);
+        self.vmap.insert(d.results()[0], x);
+        self.lay.insert(d.results()[0], l);
         Ok(Step::Done)
     }
 }

@@ -30,6 +30,9 @@
 //! ATen's correctly rounded libm keeps. The sums and the continued fraction run in f32.
 //! Float16 and bfloat16 compute as f32 and round once, as ATen does.
 
+// Coefficients keep the digits they were published with (Cephes, Boost).
+#![allow(clippy::excessive_precision)]
+
 use super::*;
 use crate::dtypes::compute_dtype;
 use Opcode as O;
