@@ -67,10 +67,6 @@ pub fn meta_type(meta: &TensorMeta, rename: &HashMap<String, String>) -> Result<
     Ok(TensorType::new(dtype, dims))
 }
 
-/// Symbol names that print in the IR (see [`tpuc_ir::is_symbol_name`]).
-fn printable(s: &str) -> bool {
-    tpuc_ir::is_symbol_name(s)
-}
 
 fn range_bound(v: Option<&Value>) -> Option<i64> {
     match v {
@@ -236,10 +232,10 @@ pub(crate) fn import_program(
     // ---- symbols
     let mut rename: HashMap<String, String> = HashMap::new();
     let symbols = collect_symbols(prog);
-    let mut taken: HashSet<String> = symbols.iter().filter(|s| printable(s)).cloned().collect();
+    let mut taken: HashSet<String> = symbols.iter().filter(|s| tpuc_ir::is_symbol_name(s)).cloned().collect();
     for s in &symbols {
         if let Some(user) = dim_names.get(s) {
-            if user == s || (printable(user) && taken.insert(user.clone())) {
+            if user == s || (tpuc_ir::is_symbol_name(user) && taken.insert(user.clone())) {
                 rename.insert(s.clone(), user.clone());
             }
         }
@@ -249,7 +245,7 @@ pub(crate) fn import_program(
         if rename.contains_key(s) {
             continue;
         }
-        if printable(s) {
+        if tpuc_ir::is_symbol_name(s) {
             rename.insert(s.clone(), s.clone());
         } else {
             let fresh = loop {

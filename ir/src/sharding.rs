@@ -7,6 +7,7 @@
 //! Text form: a module-level `mesh ["x" = 2, "y" = 2]`, and `sharding = [{"x"}, {}]` in the
 //! metadata of an argument or result of `main`.
 
+use crate::print::quote;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -35,20 +36,6 @@ impl Sharding {
     }
 }
 
-fn quoted(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            _ => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 /// `["x" = 2, "y" = 2]`.
 pub fn mesh_text(mesh: &[(String, i64)]) -> String {
     let mut out = String::from("[");
@@ -56,7 +43,7 @@ pub fn mesh_text(mesh: &[(String, i64)]) -> String {
         if i > 0 {
             out.push_str(", ");
         }
-        quoted(&mut out, name);
+        out.push_str(&quote(name));
         let _ = write!(out, " = {size}");
     }
     out.push(']');
@@ -75,7 +62,7 @@ pub fn dim_axes_text(dims: &DimAxes) -> String {
             if j > 0 {
                 out.push_str(", ");
             }
-            quoted(&mut out, a);
+            out.push_str(&quote(a));
         }
         out.push('}');
     }

@@ -15,6 +15,7 @@
 
 use crate::util::all_blocks;
 use crate::{Pass, PassError};
+use smallvec::SmallVec;
 use std::collections::HashSet;
 use tpuc_ir::{Module, OpId};
 
@@ -49,8 +50,10 @@ impl Worklist {
 /// Runs `op`'s rules; when one fires, queues what the rewrite touched (see the module doc).
 fn visit(m: &mut Module, op: OpId, work: &mut Worklist) -> Result<bool, PassError> {
     let d = m.op(op);
-    let users: Vec<OpId> = d.results().iter().flat_map(|&r| m.users(r)).collect();
-    let producers: Vec<OpId> = d.operands().iter().filter_map(|&v| m.defining_op(v)).collect();
+    // Taken before the rewrite moves the uses; on the stack for the common small op (every op
+    // is visited, most rewrite nothing).
+    let users: SmallVec<[OpId; 8]> = d.results().iter().flat_map(|&r| m.users(r)).collect();
+    let producers: SmallVec<[OpId; 4]> = d.operands().iter().filter_map(|&v| m.defining_op(v)).collect();
     let first_new = m.ops.len();
     if !rewrite(m, op)? {
         return Ok(false);
