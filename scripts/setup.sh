@@ -76,11 +76,11 @@ want_sum="$(sha256sum "$REQ" | cut -d' ' -f1)"
 have_sum="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want_sum" != "$have_sum" ] || [ -n "${TPUC_SETUP_FORCE_PIP:-}" ]; then
   # Measured on Debian 12 with torch 2.15: the venv takes 6.8 GiB installed, the Rust build
-  # 9.9 GiB (target/debug with every test 8.8, target/release 1.1); say so up front rather
-  # than fail half-way through an install with ENOSPC.
+  # 4.5 GiB (target/debug with every test 3.4, dependencies without debug info; target/release
+  # 1.1); say so up front rather than fail half-way through an install with ENOSPC.
   free_kb="$(df -Pk "$ROOT" | awk 'NR == 2 { print $4 }')"
-  if [ -n "$free_kb" ] && [ "$free_kb" -lt $((17 * 1024 * 1024)) ]; then
-    die "only $((free_kb / 1024 / 1024)) GiB free on $(df -P "$ROOT" | awk 'NR == 2 { print $6 }'); the venv needs ~7 GiB and the Rust build ~10 GiB more"
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt $((12 * 1024 * 1024)) ]; then
+    die "only $((free_kb / 1024 / 1024)) GiB free on $(df -P "$ROOT" | awk 'NR == 2 { print $6 }'); the venv needs ~7 GiB and the Rust build ~5 GiB more"
   fi
   say "pip install -r requirements-dev.txt (torch is a ~3 GB download the first time)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off -r "$REQ"

@@ -308,6 +308,12 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
     let Imported { mut module, weights, source, .. } = imported;
     let graph = (!source.is_empty()).then(|| tpuc_cache::Digest::of(&source));
     drop(source);
+    // The user's sharding (else the one IR text with a `mesh` carries) is checked and recorded
+    // in the IR before any pass, so the passes see it and keep it.
+    if let Some(sh) = &options.sharding {
+        spmd::check(sh, &module).map_err(DriverError::Options)?;
+        sh.to_ir(&mut module).map_err(DriverError::Options)?;
+    }
     let mut timings = Timings::default();
     {
         let pm = pass_manager(options, &weights)?;
@@ -315,20 +321,20 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
     }
     let mut notes: Vec<String> = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
-    // The options' sharding, else the one the program carries (IR text with a `mesh`).
-    let mut sharding = options.sharding.clone().or_else(|| module.sharding.as_ref().map(|s| MeshSharding::of_ir(s, &module)));
+    let mut sharding = MeshSharding::of_ir(&module);
     if let Some(sh) = &mut sharding {
+        // Sizes a bucket made static are checked here (the verifier has checked the splits).
         spmd::check(sh, &module).map_err(DriverError::Options)?;
+        // A policy splits what the user left whole, on the program the passes made (static
+        // sizes, fused matmuls), and records its choice in the IR like the user's.
         if let Some(policy) = options.shard_policy {
             let missed = spmd::apply_policy(policy, &module, sh);
             if options.strict_sharding && !missed.is_empty() {
                 return Err(DriverError::Options(format!("{} (--strict)", missed.join("; "))));
             }
             notes.extend(missed);
+            sh.to_ir(&mut module).map_err(DriverError::Options)?;
         }
-        // From here on the sharding is part of the program: the IR carries it, the emitter
-        // writes it.
-        module.sharding = Some(sh.to_ir(&module).map_err(DriverError::Options)?);
     }
     let opts = EmitOptions {
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),

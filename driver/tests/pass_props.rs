@@ -54,7 +54,7 @@ fn step() -> impl Strategy<Value = Step> {
 fn build(steps: &[Step]) -> Module {
     let mut m = Module::new();
     let f32t = |d: &[i64]| TensorType::from_static(DType::F32, d);
-    let info = |n: &str| tpuc_ir::ArgInfo { kind: tpuc_ir::ArgKind::UserInput, name: n.to_string() };
+    let info = |n: &str| tpuc_ir::ArgInfo::new(tpuc_ir::ArgKind::UserInput, n);
     let (_, block) = m.add_func("main", vec![(f32t(&[4, 6]), info("x")), (f32t(&[4, 6]), info("y")), (f32t(&[6]), info("v"))]);
     let mut pool: Vec<ValueId> = m.blocks[block].args().to_vec();
     let mut b = Builder::new(&mut m, block);

@@ -320,7 +320,7 @@ pub(crate) fn import_program(
                         sym_inputs.push((args.len(), e.clone()));
                         env.insert(n.clone(), Val::Sym(e));
                         inputs.push(InputSlot::Arg(args.len()));
-                        args.push((TensorType::scalar(DType::I64), ArgInfo { kind: ArgKind::SymInt, name: n.clone() }));
+                        args.push((TensorType::scalar(DType::I64), ArgInfo::new(ArgKind::SymInt, n.clone())));
                         arg_names.push(n);
                         continue;
                     }
@@ -356,7 +356,7 @@ pub(crate) fn import_program(
             weight_args.push((info_name.clone(), ty.clone()));
         }
         inputs.push(InputSlot::Arg(args.len()));
-        args.push((ty, ArgInfo { kind: akind, name: info_name }));
+        args.push((ty, ArgInfo::new(akind, info_name)));
         arg_names.push(placeholder);
     }
 
@@ -365,7 +365,7 @@ pub(crate) fn import_program(
     if g.nodes.iter().any(crate::ops::random::draws) {
         let name = crate::ops::random::SEED_INPUT.to_string();
         inputs.push(InputSlot::Arg(args.len()));
-        args.push((TensorType::from_static(DType::I64, &[2]), ArgInfo { kind: ArgKind::UserInput, name: name.clone() }));
+        args.push((TensorType::from_static(DType::I64, &[2]), ArgInfo::new(ArgKind::UserInput, name.clone())));
         arg_names.push(name);
     }
 

@@ -37,7 +37,7 @@ pub use opcode::Opcode;
 pub use parse::{parse_module, ParseError};
 pub use print::print_module;
 pub use layout::{DimLayout, Factor, Layout};
-pub use sharding::{DimAxes, Sharding};
+pub use sharding::{DimAxes, Mesh};
 pub use sym::{is_symbol_name, Atom, SymExpr, Symbol, SymbolTable};
 pub use types::{Dim, TensorType};
 pub use verify::{verify, VerifyError};

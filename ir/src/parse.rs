@@ -34,14 +34,14 @@ impl fmt::Display for ParseError {
 
 /// Parses a module from its text form.
 pub fn parse_module(text: &str) -> Result<Module, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), splits: Vec::new() };
     p.module()?;
     Ok(p.m)
 }
 
 /// Parses a tensor type such as `tensor<s0x(2*s0)xf32>`.
 pub fn parse_tensor_type(text: &str) -> Result<TensorType, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), splits: Vec::new() };
     let t = p.tensor_type()?;
     p.ws();
     if p.pos != p.src.len() {
@@ -52,7 +52,7 @@ pub fn parse_tensor_type(text: &str) -> Result<TensorType, ParseError> {
 
 /// Parses a symbolic expression such as `2*s0 + 1` or `floordiv(s0, 2)`.
 pub fn parse_sym_expr(text: &str) -> Result<SymExpr, ParseError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), mesh: None, splits: Vec::new() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, m: Module::new(), values: HashMap::new(), pending_locs: Vec::new(), splits: Vec::new() };
     let e = p.sym_expr()?;
     p.ws();
     if p.pos != p.src.len() {
@@ -68,11 +68,9 @@ struct Parser<'a> {
     m: Module,
     values: HashMap<u32, ValueId>,
     pending_locs: Vec<(OpId, u32, usize)>,
-    /// The module's `mesh`, if declared.
-    mesh: Option<Vec<(String, i64)>>,
-    /// `sharding = [...]` in argument / result metadata: (function, argument?, index, axes,
-    /// position), placed once the module is read and `main` is known.
-    splits: Vec<(String, bool, usize, DimAxes, usize)>,
+    /// Each `sharding = [...]` in argument / result metadata: (function, position), checked
+    /// once the module is read and `main` and the mesh are known.
+    splits: Vec<(String, usize)>,
 }
 
 type PResult<T> = Result<T, ParseError>;
@@ -261,16 +259,16 @@ impl<'a> Parser<'a> {
             match self.ident()? {
                 "symbol" => self.symbol()?,
                 "mesh" => {
-                    if self.mesh.is_some() {
+                    if self.m.mesh.is_some() {
                         return Err(self.err_at(start, "`mesh` declared twice"));
                     }
-                    self.mesh = Some(self.mesh_axes()?);
+                    self.m.mesh = Some(crate::Mesh { axes: self.mesh_axes()? });
                 }
                 "func" => self.func()?,
                 other => return Err(self.err_at(start, format!("expected `symbol`, `mesh` or `func`, found `{other}`"))),
             }
         }
-        self.place_splits()?;
+        self.check_splits()?;
         let mut locs: HashMap<u32, LocId> = HashMap::new();
         while self.peek() == Some(b'#') {
             self.pos += 1;
@@ -392,24 +390,17 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Puts the `sharding = ...` of `main`'s arguments and results into the module's sharding.
-    fn place_splits(&mut self) -> PResult<()> {
+    /// Each `sharding = ...` is on `main` and the module has a `mesh`.
+    fn check_splits(&mut self) -> PResult<()> {
         let main = self.m.main_func().map(|f| f.name.clone());
-        let splits = std::mem::take(&mut self.splits);
-        let Some(mesh) = self.mesh.take() else {
-            return match splits.first() {
-                Some(&(_, _, _, _, pos)) => Err(self.err_at(pos, "a `sharding` needs the module's `mesh`")),
-                None => Ok(()),
-            };
-        };
-        let mut sh = crate::Sharding { mesh, ..Default::default() };
-        for (func, arg, i, axes, pos) in splits {
+        for (func, pos) in std::mem::take(&mut self.splits) {
+            if self.m.mesh.is_none() {
+                return Err(self.err_at(pos, "a `sharding` needs the module's `mesh`"));
+            }
             if main.as_deref() != Some(&func) {
                 return Err(self.err_at(pos, format!("`sharding` on `{func}`, which is not `main`")));
             }
-            if arg { sh.args.insert(i, axes) } else { sh.results.insert(i, axes) };
         }
-        self.m.sharding = Some(sh);
         Ok(())
     }
 
@@ -481,15 +472,17 @@ impl<'a> Parser<'a> {
                 let mpos = self.pos;
                 let info = match self.meta(false)? {
                     Some(Meta { kind, name, split, .. }) => {
-                        if let Some((axes, spos)) = split {
-                            self.splits.push((fname.clone(), true, args.len(), axes, spos));
-                        }
+                        let sharding = split.map(|(axes, spos)| {
+                            self.splits.push((fname.clone(), spos));
+                            axes
+                        });
                         ArgInfo {
                             kind: ArgKind::parse(&kind).ok_or_else(|| self.err_at(mpos, format!("unknown argument kind `{kind}`")))?,
                             name,
+                            sharding,
                         }
                     }
-                    None => ArgInfo { kind: ArgKind::UserInput, name: format!("arg{}", args.len()) },
+                    None => ArgInfo::new(ArgKind::UserInput, format!("arg{}", args.len())),
                 };
                 args.push((ty, info));
                 arg_nums.push((n, pos));
@@ -513,14 +506,16 @@ impl<'a> Parser<'a> {
                 any_result_meta |= meta.is_some();
                 let info = match meta {
                     Some(Meta { kind, name, layout, split }) => {
-                        if let Some((axes, spos)) = split {
-                            self.splits.push((fname.clone(), false, results.len(), axes, spos));
-                        }
+                        let sharding = split.map(|(axes, spos)| {
+                            self.splits.push((fname.clone(), spos));
+                            axes
+                        });
                         ResultInfo {
                             kind: ResultKind::parse(&kind)
                                 .ok_or_else(|| self.err_at(mpos, format!("unknown result kind `{kind}`")))?,
                             name,
                             layout,
+                            sharding,
                         }
                     }
                     None => ResultInfo::new(ResultKind::UserOutput, format!("result{}", results.len())),

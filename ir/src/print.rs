@@ -44,8 +44,8 @@ impl Printer<'_> {
             let max = s.max.map_or("inf".to_string(), |v| v.to_string());
             let _ = writeln!(self.out, "  symbol @{} : [{}, {}]", s.name, s.min, max);
         }
-        if let Some(sh) = &self.m.sharding {
-            let _ = writeln!(self.out, "  mesh {}", crate::sharding::mesh_text(&sh.mesh));
+        if let Some(mesh) = &self.m.mesh {
+            let _ = writeln!(self.out, "  mesh {}", crate::sharding::mesh_text(&mesh.axes));
         }
         for fi in 0..self.m.funcs.len() {
             self.func(fi);
@@ -84,10 +84,8 @@ impl Printer<'_> {
 
     fn func(&mut self, fi: usize) {
         let f = &self.m.funcs[fi];
-        // The sharding of `main`'s arguments and results, by index.
-        let sharding = self.m.sharding.as_ref().filter(|_| self.m.main_func().is_some_and(|m| std::ptr::eq(m, f)));
-        let split = |map: Option<&std::collections::BTreeMap<usize, crate::DimAxes>>, i: usize| {
-            map.and_then(|m| m.get(&i)).map(|d| format!(", sharding = {}", crate::sharding::dim_axes_text(d))).unwrap_or_default()
+        let split = |d: &Option<crate::DimAxes>| {
+            d.as_ref().map(|d| format!(", sharding = {}", crate::sharding::dim_axes_text(d))).unwrap_or_default()
         };
         let entry = self.m.regions[f.body].blocks.first().copied();
         let _ = write!(self.out, "  func @{}(", f.name);
@@ -99,7 +97,7 @@ impl Printer<'_> {
                 let n = self.name(a);
                 let _ = write!(self.out, "%{n}: {}", self.m.values[a].ty);
                 if let Some(info) = f.args.get(i) {
-                    let s = split(sharding.map(|s| &s.args), i);
+                    let s = split(&info.sharding);
                     let _ = write!(self.out, " {{kind = \"{}\", name = {}{s}}}", info.kind.name(), quote(&info.name));
                 }
             }
@@ -114,15 +112,12 @@ impl Printer<'_> {
                 self.out.push_str(", ");
             }
             self.out.push_str(t);
-            let s = split(sharding.map(|s| &s.results), i);
-            // A sharded result gets metadata even where the function has none, to carry it.
-            let default = (!s.is_empty()).then(|| crate::ResultInfo::new(crate::ResultKind::UserOutput, format!("result{i}")));
-            if let Some(info) = f.results.get(i).or(default.as_ref()) {
+            if let Some(info) = f.results.get(i) {
                 let _ = write!(self.out, " {{kind = \"{}\", name = {}", info.kind.name(), quote(&info.name));
                 if let Some(l) = &info.layout {
                     let _ = write!(self.out, ", layout = {}", crate::layout::layout_text(l));
                 }
-                let _ = write!(self.out, "{s}}}");
+                let _ = write!(self.out, "{}}}", split(&info.sharding));
             }
         }
         self.out.push_str(") {\n");

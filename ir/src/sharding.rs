@@ -1,38 +1,35 @@
-//! SPMD sharding of `main`'s arguments and results over a device mesh, as part of the program:
-//! the mesh (axis names and sizes, major to minor) and, per sharded argument or result, the mesh
-//! axes each dim is split over. Device `p` holds the shard at `p`'s row-major position in the
-//! mesh; values without an entry are whole on every device. The emitter writes it as Shardy
-//! (`sdy.mesh`, `sdy.sharding`); the verifier checks it against the types.
+//! SPMD sharding as part of the program: the module's device mesh (axis names and sizes, major
+//! to minor) and, in the metadata of each sharded argument or result of `main`, the mesh axes
+//! each of its dims is split over. Device `p` holds the shard at `p`'s row-major position in
+//! the mesh; values without a sharding are whole on every device. Because the split sits on the
+//! argument itself, a pass that drops or adds arguments (`inline-weights`, `specialize`) keeps
+//! every other argument's split in place. The emitter writes it as Shardy (`sdy.mesh`,
+//! `sdy.sharding`); the verifier checks it against the types.
 //!
 //! Text form: a module-level `mesh ["x" = 2, "y" = 2]`, and `sharding = [{"x"}, {}]` in the
 //! metadata of an argument or result of `main`.
 
 use crate::print::quote;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Per dim, the mesh axes it is split over, major first (empty: not split).
 pub type DimAxes = Vec<Vec<String>>;
 
+/// A device mesh: axis names and sizes, major to minor.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Sharding {
-    /// Axis names and sizes, major to minor.
-    pub mesh: Vec<(String, i64)>,
-    /// By `main` argument index.
-    pub args: BTreeMap<usize, DimAxes>,
-    /// By `main` result index.
-    pub results: BTreeMap<usize, DimAxes>,
+pub struct Mesh {
+    pub axes: Vec<(String, i64)>,
 }
 
-impl Sharding {
+impl Mesh {
     /// The number of devices the mesh spans.
     pub fn devices(&self) -> i64 {
-        self.mesh.iter().map(|(_, n)| n).product()
+        self.axes.iter().map(|(_, n)| n).product()
     }
 
     /// The size of axis `name`.
     pub fn axis_size(&self, name: &str) -> Option<i64> {
-        self.mesh.iter().find(|(a, _)| a == name).map(|(_, n)| *n)
+        self.axes.iter().find(|(a, _)| a == name).map(|(_, n)| *n)
     }
 }
 
@@ -70,9 +67,9 @@ pub fn dim_axes_text(dims: &DimAxes) -> String {
     out
 }
 
-/// Why `dims` cannot shard a value of type `ty` over `sharding`'s mesh: one entry per dim, axes
+/// Why `dims` cannot shard a value of type `ty` over `mesh`: one entry per dim, axes
 /// of the mesh, each axis at most once, static dims divisible by the devices they are split over.
-pub fn dim_axes_error(sharding: &Sharding, dims: &DimAxes, ty: &crate::TensorType) -> Option<String> {
+pub fn dim_axes_error(mesh: &Mesh, dims: &DimAxes, ty: &crate::TensorType) -> Option<String> {
     if dims.len() != ty.rank() {
         return Some(format!("names {} dims for a value of rank {}", dims.len(), ty.rank()));
     }
@@ -80,7 +77,7 @@ pub fn dim_axes_error(sharding: &Sharding, dims: &DimAxes, ty: &crate::TensorTyp
     for (d, axes) in dims.iter().enumerate() {
         let mut ways = 1i64;
         for a in axes {
-            let Some(n) = sharding.axis_size(a) else { return Some(format!("dim {d}: axis `{a}` is not in the mesh")) };
+            let Some(n) = mesh.axis_size(a) else { return Some(format!("dim {d}: axis `{a}` is not in the mesh")) };
             if !seen.insert(a.as_str()) {
                 return Some(format!("axis `{a}` splits two dims"));
             }

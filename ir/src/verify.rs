@@ -103,32 +103,49 @@ impl Verifier<'_> {
         }
     }
 
-    /// The mesh has distinct axes of positive size; each sharded argument and result of `main`
-    /// exists and its split fits its type.
+    /// The mesh has distinct axes of positive size; only `main`'s arguments and results carry a
+    /// sharding, only with a mesh, and each split fits its value's type.
     fn sharding(&mut self) {
         let m = self.m;
-        let Some(sh) = &m.sharding else { return };
-        let mut axes = std::collections::HashSet::new();
-        for (a, n) in &sh.mesh {
-            if *n < 1 || !axes.insert(a.as_str()) {
-                self.err("mesh".into(), format!("axis `{a}` of size {n}: axes need distinct names and sizes of at least 1"));
+        if let Some(mesh) = &m.mesh {
+            let mut axes = std::collections::HashSet::new();
+            for (a, n) in &mesh.axes {
+                if *n < 1 || !axes.insert(a.as_str()) {
+                    self.err("mesh".into(), format!("axis `{a}` of size {n}: axes need distinct names and sizes of at least 1"));
+                }
             }
         }
-        let Some(f) = m.main_func() else {
-            self.err("mesh".into(), "a sharded module needs `main`");
-            return;
-        };
-        let entry = m.entry_block(f);
-        let args: Vec<ValueId> = m.blocks[entry].args.clone();
-        let results: Vec<ValueId> = m.terminator(entry).map(|o| m.ops[o].operands.to_vec()).unwrap_or_default();
-        for (what, split, values) in [("argument", &sh.args, &args), ("result", &sh.results, &results)] {
-            for (&i, dims) in split {
-                let Some(&v) = values.get(i) else {
-                    self.err(format!("func @{}", f.name), format!("sharding of {what} {i}, which does not exist"));
+        let main = m.main_func().map(|f| f as *const crate::Func);
+        for f in &m.funcs {
+            let ctx = format!("func @{}", f.name);
+            let args = f.args.iter().map(|a| &a.sharding);
+            let results = f.results.iter().map(|r| &r.sharding);
+            let split: Vec<(&str, usize, &crate::DimAxes)> = args
+                .enumerate()
+                .filter_map(|(i, d)| Some(("argument", i, d.as_ref()?)))
+                .chain(results.enumerate().filter_map(|(i, d)| Some(("result", i, d.as_ref()?))))
+                .collect();
+            if split.is_empty() {
+                continue;
+            }
+            if main != Some(f as *const crate::Func) {
+                self.err(ctx, "only `main`'s arguments and results can be sharded");
+                continue;
+            }
+            let Some(mesh) = &m.mesh else {
+                self.err(ctx, "a sharded argument or result needs the module's `mesh`");
+                continue;
+            };
+            let Some(&entry) = m.regions[f.body].blocks.first() else { continue };
+            let args: &[ValueId] = &m.blocks[entry].args;
+            let results: Vec<ValueId> = m.terminator(entry).map(|o| m.ops[o].operands.to_vec()).unwrap_or_default();
+            for (what, i, dims) in split {
+                let Some(&v) = (if what == "argument" { args.get(i) } else { results.get(i) }) else {
+                    self.err(ctx.clone(), format!("sharding of {what} {i}, which does not exist"));
                     continue;
                 };
-                if let Some(msg) = crate::sharding::dim_axes_error(sh, dims, &m.values[v].ty) {
-                    self.err(format!("func @{}", f.name), format!("{what} {i}: sharding {}: {msg}", crate::sharding::dim_axes_text(dims)));
+                if let Some(msg) = crate::sharding::dim_axes_error(mesh, dims, &m.values[v].ty) {
+                    self.err(ctx.clone(), format!("{what} {i}: sharding {}: {msg}", crate::sharding::dim_axes_text(dims)));
                 }
             }
         }

@@ -55,7 +55,7 @@ impl World {
     fn new() -> World {
         let t = TensorType::from_static(DType::F32, &[4]);
         let mut m = Module::new();
-        let (_, block) = m.add_func("main", vec![(t, ArgInfo { kind: ArgKind::UserInput, name: "x".into() })]);
+        let (_, block) = m.add_func("main", vec![(t, ArgInfo::new(ArgKind::UserInput, "x"))]);
         let x = m.blocks[block].args()[0];
         let ret = m.create_op(Opcode::Return, &[x], Attrs::new(), Some(&[]), &[]).unwrap();
         m.append_op(block, ret);

@@ -5,7 +5,7 @@
 use tpuc_ir::*;
 
 fn arg(dtype: DType, dims: Vec<Dim>, kind: ArgKind, name: &str) -> (TensorType, ArgInfo) {
-    (TensorType::new(dtype, dims), ArgInfo { kind, name: name.into() })
+    (TensorType::new(dtype, dims), ArgInfo::new(kind, name))
 }
 
 /// `log_softmax(fc2(gelu(fc1(x))))` on a symbolic batch.

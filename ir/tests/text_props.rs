@@ -383,7 +383,7 @@ fn gen_module(choices: &[u64]) -> Module {
             .map(|_| {
                 let ty = TensorType::new(dtype(g), dims(g, 3, dim));
                 let kind = g.pick(&[ArgKind::UserInput, ArgKind::Parameter, ArgKind::Buffer, ArgKind::Constant, ArgKind::SymInt]);
-                (ty, ArgInfo { kind, name: string(g) })
+                (ty, ArgInfo::new(kind, string(g)))
             })
             .collect();
         let (fidx, block) = m.add_func(&name, args);
@@ -437,6 +437,7 @@ fn gen_module(choices: &[u64]) -> Module {
                         ResultKind::Loss,
                     ]),
                     name: string(g),
+                    sharding: None,
                 })
                 .collect();
             m.funcs[fidx].results = infos;
@@ -685,8 +686,11 @@ fn sharding_round_trips_and_is_verified_against_the_types() {
     let m = parse_module(text).unwrap();
     verify(&m).unwrap();
     assert_eq!(print_module(&m), text);
-    let sh = m.sharding.as_ref().unwrap();
-    assert_eq!((sh.devices(), sh.args.len(), sh.results.len()), (4, 1, 1));
+    let main = m.main_func().unwrap();
+    let split = |d: &Option<tpuc_ir::DimAxes>| d.is_some();
+    assert_eq!(m.mesh.as_ref().unwrap().devices(), 4);
+    assert_eq!(main.args().iter().map(|a| split(&a.sharding)).collect::<Vec<_>>(), [true, false]);
+    assert_eq!(main.results().iter().map(|r| split(&r.sharding)).collect::<Vec<_>>(), [true]);
     let mut c = m.clone();
     c.compact();
     assert_eq!(print_module(&c), text, "compaction keeps the sharding");

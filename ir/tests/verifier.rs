@@ -106,7 +106,7 @@ fn each_broken_rule_is_reported() {
 #[test]
 fn use_before_definition() {
     let mut m = Module::new();
-    let (_, block) = m.add_func("main", vec![(TensorType::from_static(DType::F32, &[4]), ArgInfo { kind: ArgKind::UserInput, name: "x".into() })]);
+    let (_, block) = m.add_func("main", vec![(TensorType::from_static(DType::F32, &[4]), ArgInfo::new(ArgKind::UserInput, "x"))]);
     let x = m.blocks[block].args()[0];
     let mut b = Builder::new(&mut m, block);
     let y = b.unary(Opcode::Neg, x).unwrap();

@@ -231,9 +231,9 @@ impl<'m> Emitter<'m> {
             write_symbol(&mut self.out, &self.opts.module_name);
             self.out.push_str(" {\n");
         }
-        if let Some(sh) = &self.m.sharding {
+        if let Some(mesh) = &self.m.mesh {
             self.out.push_str("  sdy.mesh @mesh = <[");
-            for (i, (name, size)) in sh.mesh.iter().enumerate() {
+            for (i, (name, size)) in mesh.axes.iter().enumerate() {
                 if i > 0 {
                     self.out.push_str(", ");
                 }
@@ -269,7 +269,7 @@ impl<'m> Emitter<'m> {
     /// `dims` (`None`: replicated), when the module is sharded; `what` names it in errors. The
     /// leading comma is left out when the dictionary has nothing before it.
     fn sdy_sharding(&mut self, what: &str, dims: Option<&Vec<Vec<String>>>, rank: usize) -> Result<(), EmitError> {
-        if self.m.sharding.is_none() {
+        if self.m.mesh.is_none() {
             return Ok(());
         }
         if let Some(d) = dims {
@@ -300,10 +300,10 @@ impl<'m> Emitter<'m> {
 
     /// The sharding of main's argument / result `index`, if any.
     fn arg_dims(&self, index: usize) -> Option<&'m Vec<Vec<String>>> {
-        self.m.sharding.as_ref().and_then(|s| s.args.get(&index))
+        self.m.main_func()?.args().get(index)?.sharding.as_ref()
     }
     fn result_dims(&self, index: usize) -> Option<&'m Vec<Vec<String>>> {
-        self.m.sharding.as_ref().and_then(|s| s.results.get(&index))
+        self.m.main_func()?.results().get(index)?.sharding.as_ref()
     }
 
     fn func(&mut self, fi: usize, is_main: bool) -> Result<(), EmitError> {
@@ -339,7 +339,7 @@ impl<'m> Emitter<'m> {
                     self.sdy_sharding(&format!("`{}`", info.name), self.arg_dims(i), t.rank())?;
                 }
                 self.out.push('}');
-            } else if is_main && self.m.sharding.is_some() {
+            } else if is_main && self.m.mesh.is_some() {
                 self.out.push_str(" {");
                 self.sdy_sharding(&format!("argument {i}"), self.arg_dims(i), t.rank())?;
                 self.out.push('}');
@@ -367,7 +367,7 @@ impl<'m> Emitter<'m> {
                         self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     }
                     self.out.push('}');
-                } else if is_main && self.m.sharding.is_some() {
+                } else if is_main && self.m.mesh.is_some() {
                     self.out.push_str(" {");
                     self.sdy_sharding(&format!("result {i}"), self.result_dims(i), t.rank())?;
                     self.out.push('}');

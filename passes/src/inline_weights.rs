@@ -3,8 +3,9 @@
 //! Needs: a verified module and the weight values by qualified name (parameters, buffers and
 //! constants as the importer found them in the archive).
 //! Guarantees: every `main` argument whose kind is parameter, buffer or constant is replaced by
-//! a `constant` op at the top of the body holding the weight's bytes (shared, not copied); the
-//! remaining arguments keep their order. A weight argument without data is an error naming it;
+//! a `constant` op at the top of the body holding the weight's bytes (shared, not copied),
+//! except a weight with a sharding, which stays an argument so that each device gets its shard;
+//! the remaining arguments keep their order and their metadata (sharding included). A weight argument without data is an error naming it;
 //! a weight whose type differs from its argument's type is an error too.
 
 use crate::{Pass, PassError};
@@ -33,7 +34,9 @@ impl Pass for InlineWeights<'_> {
         let mut inserted = 0;
         let mut last: Option<tpuc_ir::OpId> = None;
         for (arg, info) in args.into_iter().zip(infos) {
-            if !info.kind.is_weight() {
+            // A weight the program's sharding splits stays an argument: each device is given
+            // its shard.
+            if !info.kind.is_weight() || info.sharding.is_some() {
                 keep_args.push(arg);
                 keep_infos.push(info);
                 continue;
@@ -64,5 +67,28 @@ impl Pass for InlineWeights<'_> {
         m.retain_block_args(block, keep_args).map_err(|e| fail(e.to_string()))?;
         m.funcs[fi].args = keep_infos;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpuc_ir::{parse_module, print_module, verify, Scalar, TensorType};
+
+    /// Dropping inlined weights keeps every other argument's sharding on that argument, and a
+    /// weight the sharding splits stays an argument.
+    #[test]
+    fn shardings_stay_with_their_arguments() {
+        let text = "module {\n  mesh [\"x\" = 2]\n  func @main(%0: tensor<4xf32> {kind = \"parameter\", name = \"w\"}, %1: tensor<4xf32> {kind = \"parameter\", name = \"v\", sharding = [{\"x\"}]}, %2: tensor<4xf32> {kind = \"input\", name = \"a\", sharding = [{\"x\"}]}) -> (tensor<4xf32>) {\n    %3 = add %0, %1 : tensor<4xf32>\n    %4 = add %3, %2 : tensor<4xf32>\n    return %4\n  }\n}\n";
+        let mut m = parse_module(text).unwrap();
+        let ty = TensorType::from_static(tpuc_ir::DType::F32, &[4]);
+        let weights: BTreeMap<String, TensorData> =
+            ["w", "v"].iter().map(|n| (n.to_string(), TensorData::splat(ty.clone(), Scalar::Float(1.0)).unwrap())).collect();
+        assert!(InlineWeights { weights: &weights }.run(&mut m).unwrap());
+        verify(&m).unwrap();
+        let main = m.main_func().unwrap();
+        let kept: Vec<(&str, bool)> = main.args().iter().map(|a| (a.name.as_str(), a.sharding.is_some())).collect();
+        assert_eq!(kept, [("v", true), ("a", true)], "{}", print_module(&m));
+        assert!(print_module(&m).contains("%0: tensor<4xf32> {kind = \"parameter\", name = \"v\", sharding = [{\"x\"}]}"));
     }
 }

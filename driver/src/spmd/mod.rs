@@ -19,7 +19,6 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use tpuc_ir::Module;
 
 pub use blocks::{assemble, shard_for_device};
@@ -32,7 +31,7 @@ pub use validate::check;
 /// A device mesh and the shardings of `main`'s arguments (by name, as the user gives them) and
 /// results, for a program partitioned over the mesh's devices (device p holds the shard at p's
 /// row-major position in the mesh). [`MeshSharding::to_ir`] makes it the module's
-/// [`tpuc_ir::Sharding`] (by argument index), which the emitter writes as Shardy.
+/// mesh and its arguments' and results' metadata, which passes keep and the emitter writes as Shardy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MeshSharding {
     /// Axis names and sizes, major to minor.
@@ -46,23 +45,43 @@ pub struct MeshSharding {
 
 
 impl MeshSharding {
-    /// The IR's sharding of `module`'s `main`: arguments by index (an argument the sharding
-    /// names but `main` lacks is an error; [`check`] has said so first).
-    pub fn to_ir(&self, module: &Module) -> Result<tpuc_ir::Sharding, String> {
-        let f = module.main_func().ok_or("the module has no `main`")?;
-        let mut args = BTreeMap::new();
-        for (name, dims) in &self.args {
-            let i = f.args.iter().position(|a| &a.name == name).ok_or_else(|| format!("no argument `{name}`"))?;
-            args.insert(i, dims.clone());
+    /// Makes this the sharding of `module`: its mesh, and the split of each named argument and
+    /// each listed result of `main` in their metadata (every other one whole). An argument the
+    /// sharding names but `main` lacks is an error ([`check`] has said so first).
+    pub fn to_ir(&self, module: &mut Module) -> Result<(), String> {
+        let f = module.main_func_mut().ok_or("the module has no `main`")?;
+        for name in self.args.keys() {
+            if !f.args.iter().any(|a| &a.name == name) {
+                return Err(format!("no argument `{name}`"));
+            }
         }
-        Ok(tpuc_ir::Sharding { mesh: self.axes.clone(), args, results: self.results.clone() })
+        for a in &mut f.args {
+            a.sharding = self.args.get(&a.name).cloned();
+        }
+        // A sharded result needs metadata to carry its split, even in a function that had none.
+        let results = module.main_func().and_then(|f| module.terminator(module.entry_block(f))).map_or(0, |o| module.ops[o].operands().len());
+        let f = module.main_func_mut().ok_or("the module has no `main`")?;
+        if f.results.is_empty() && !self.results.is_empty() {
+            f.results = (0..results).map(|i| tpuc_ir::ResultInfo::new(tpuc_ir::ResultKind::UserOutput, format!("result{i}"))).collect();
+        }
+        for (i, r) in f.results.iter_mut().enumerate() {
+            r.sharding = self.results.get(&i).cloned();
+        }
+        if let Some(&i) = self.results.keys().find(|&&i| i >= results) {
+            return Err(format!("result {i} does not exist (the program has {results})"));
+        }
+        module.mesh = Some(tpuc_ir::Mesh { axes: self.axes.clone() });
+        Ok(())
     }
 
-    /// The sharding a module carries (IR text with a `mesh`), by argument name.
-    pub fn of_ir(sh: &tpuc_ir::Sharding, module: &Module) -> MeshSharding {
-        let names: Vec<String> = module.main_func().map(|f| f.args.iter().map(|a| a.name.clone()).collect()).unwrap_or_default();
-        let args = sh.args.iter().filter_map(|(&i, d)| Some((names.get(i)?.clone(), d.clone()))).collect();
-        MeshSharding { axes: sh.mesh.clone(), args, results: sh.results.clone() }
+    /// The sharding `module` carries (IR text with a `mesh`, or one that [`MeshSharding::to_ir`]
+    /// recorded and passes kept), arguments by name.
+    pub fn of_ir(module: &Module) -> Option<MeshSharding> {
+        let mesh = module.mesh.as_ref()?;
+        let f = module.main_func()?;
+        let args = f.args.iter().filter_map(|a| Some((a.name.clone(), a.sharding.clone()?))).collect();
+        let results = f.results.iter().enumerate().filter_map(|(i, r)| Some((i, r.sharding.clone()?))).collect();
+        Some(MeshSharding { axes: mesh.axes.clone(), args, results })
     }
 }
 

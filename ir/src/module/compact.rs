@@ -11,7 +11,7 @@ impl Module {
     pub fn compact(&mut self) {
         // The old module is consumed: attributes, types and locations move, nothing is cloned.
         let mut old = std::mem::take(self);
-        let mut new = Module { symbols: std::mem::take(&mut old.symbols), sharding: old.sharding.take(), ..Module::default() };
+        let mut new = Module { symbols: std::mem::take(&mut old.symbols), mesh: old.mesh.take(), ..Module::default() };
         let mut vmap: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::with_default(None);
         let mut lmap: SecondaryMap<LocId, Option<LocId>> = SecondaryMap::with_default(None);
         let funcs = std::mem::take(&mut old.funcs);

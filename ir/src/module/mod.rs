@@ -315,6 +315,15 @@ pub struct ArgInfo {
     pub kind: ArgKind,
     /// The input's name in the signature (`x`) or the weight's qualified name (`fc1.weight`).
     pub name: String,
+    /// How an argument of `main` is split over the module's [`Module::mesh`] (`None`: whole on
+    /// every device).
+    pub sharding: Option<crate::DimAxes>,
+}
+
+impl ArgInfo {
+    pub fn new(kind: ArgKind, name: impl Into<String>) -> Self {
+        ArgInfo { kind, name: name.into(), sharding: None }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -324,11 +333,13 @@ pub struct ResultInfo {
     /// Where the valid part of a padded result lies (programs specialized to a bucket);
     /// `None`: the whole result is valid.
     pub layout: Option<crate::Layout>,
+    /// How a result of `main` is split over the module's [`Module::mesh`] (`None`: whole).
+    pub sharding: Option<crate::DimAxes>,
 }
 
 impl ResultInfo {
     pub fn new(kind: ResultKind, name: impl Into<String>) -> Self {
-        ResultInfo { kind, name: name.into(), layout: None }
+        ResultInfo { kind, name: name.into(), layout: None, sharding: None }
     }
 }
 
@@ -364,8 +375,9 @@ pub struct Module {
     pub locs: PrimaryMap<LocId, Loc>,
     /// Provenance of each op (side table).
     pub op_locs: SecondaryMap<OpId, Option<LocId>>,
-    /// An SPMD program: the device mesh and how `main`'s arguments and results are split.
-    pub sharding: Option<crate::Sharding>,
+    /// An SPMD program's device mesh; how each of `main`'s arguments and results is split over
+    /// it is in their metadata ([`ArgInfo::sharding`], [`ResultInfo::sharding`]).
+    pub mesh: Option<crate::Mesh>,
 }
 
 /// Errors from building IR.
@@ -417,6 +429,12 @@ impl Module {
     /// The `main` function (or the first one).
     pub fn main_func(&self) -> Option<&Func> {
         self.func("main").or_else(|| self.funcs.first())
+    }
+
+    /// [`Module::main_func`], to edit its metadata.
+    pub fn main_func_mut(&mut self) -> Option<&mut Func> {
+        let i = self.funcs.iter().position(|f| f.name == "main").or((!self.funcs.is_empty()).then_some(0))?;
+        self.funcs.get_mut(i)
     }
 
     /// Adds a region (with one block having `arg_types`) to be attached to an op.

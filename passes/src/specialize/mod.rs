@@ -140,7 +140,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
     let entry = module.entry_block(func);
     let mut sp = Sp {
         old: module,
-        new: Module::new(),
+        new: Module { mesh: module.mesh.clone(), ..Module::new() },
         sizes,
         vmap: HashMap::new(),
         lay: HashMap::new(),
@@ -161,7 +161,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
     let mut size_args = Vec::new();
     for s in module.symbols.iter() {
         size_args.push((s.name.to_string(), args.len()));
-        args.push((TensorType::scalar(DType::I64), ArgInfo { kind: ArgKind::SymInt, name: s.name.to_string() }));
+        args.push((TensorType::scalar(DType::I64), ArgInfo::new(ArgKind::SymInt, s.name.to_string())));
     }
     let (fi, block) = sp.new.add_func("main", args);
     sp.new.funcs[fi].results = func.results().to_vec();
