@@ -103,23 +103,32 @@ impl LowerOptions {
     }
 
     /// The options that choose how a graph lowers, for people (cache manifests name them when
-    /// a miss differs only in them): `precision=highest bf16=off fusion=on excess-precision=off`,
-    /// plus `passes=...` for an explicit pipeline.
+    /// a miss differs only in them): each option the options table marks as lowering, with its
+    /// value (`precision=highest bf16=off allow_excess_precision=off fusion=on`), plus
+    /// `passes=...` for an explicit pipeline.
     pub fn lowering_summary(&self) -> String {
-        use tpuc_ir::AttrEnum;
-        let onoff = |b: bool| if b { "on" } else { "off" };
-        let precision = self.precision.unwrap_or_else(|| tpuc_passes::default_precision(self.target));
-        let mut s = format!(
-            "precision={} bf16={} fusion={} excess-precision={}",
-            precision.name(),
-            onoff(self.bf16),
-            onoff(!self.no_fusion),
-            onoff(self.allow_excess_precision)
-        );
+        let mut s: Vec<String> = options::OPTIONS
+            .iter()
+            .filter(|o| o.lowers)
+            .map(|o| format!("{}={}", o.name, self.option_value(o.name).unwrap_or_else(|| panic!("no value for lowering option `{}`", o.name))))
+            .collect();
         if self.passes.is_some() || self.inline_weights {
-            s.push_str(&format!(" passes={}", self.pass_names().join(",")));
+            s.push(format!("passes={}", self.pass_names().join(",")));
         }
-        s
+        s.join(" ")
+    }
+
+    /// The value of a lowering option as the options table names it (`None` for the others).
+    fn option_value(&self, name: &str) -> Option<String> {
+        use tpuc_ir::AttrEnum;
+        let onoff = |b: bool| if b { "on" } else { "off" }.to_string();
+        Some(match name {
+            "precision" => self.precision.unwrap_or_else(|| tpuc_passes::default_precision(self.target)).name().to_string(),
+            "bf16" => onoff(self.bf16),
+            "allow_excess_precision" => onoff(self.allow_excess_precision),
+            "fusion" => onoff(!self.no_fusion),
+            _ => return None,
+        })
     }
 
     /// The pass names this lowering runs, in order.

@@ -21,14 +21,22 @@ pub struct OptionSpec {
     pub boolean: bool,
     /// What it does (Markdown).
     pub help: &'static str,
+    /// Whether it changes how a graph lowers: such options are named, with their values, in
+    /// [`crate::LowerOptions::lowering_summary`] (what a cache miss's explanation compares).
+    pub lowers: bool,
 }
 
 const fn opt(name: &'static str, env: &'static str, flag: Option<&'static str>, default: &'static str, help: &'static str) -> OptionSpec {
-    OptionSpec { name, env: Some(env), flag, default, boolean: false, help }
+    OptionSpec { name, env: Some(env), flag, default, boolean: false, help, lowers: false }
 }
 
 const fn flag(name: &'static str, env: &'static str, flag: Option<&'static str>, on: bool, help: &'static str) -> OptionSpec {
-    OptionSpec { name, env: Some(env), flag, default: if on { "on" } else { "off" }, boolean: true, help }
+    OptionSpec { name, env: Some(env), flag, default: if on { "on" } else { "off" }, boolean: true, help, lowers: false }
+}
+
+/// An option that changes the lowered program.
+const fn lowers(o: OptionSpec) -> OptionSpec {
+    OptionSpec { lowers: true, ..o }
 }
 
 /// Every option, in the order the docs list them.
@@ -40,14 +48,14 @@ pub const OPTIONS: &[OptionSpec] = &[
     opt("dump_dir", "TPUC_DUMP_DIR", Some("--dump-dir"), "", "per graph: FX code, graph JSON, IR after every pass, final IR, StableHLO, compile summary"),
     flag("debug", "TPUC_DEBUG", None, false, "log each compile (times, `cache=miss/memory/disk/shm/remote`) to stderr"),
     flag("verify_each", "TPUC_VERIFY_EACH", Some("--verify-each"), false, "verify the IR after every pass"),
-    opt("precision", "TPUC_PRECISION", Some("--precision"), "from torch", "matmul / convolution precision `default`, `high` or `highest`; unset, `torch.get_float32_matmul_precision()` decides (`highest` → highest, `high` → high, `medium` → default), except on the TPU target, where torch's untouched `highest` (which cannot be told from a choice) means TPU's `default`, one bf16 pass, as TorchTPU does: set `precision` (or torch's `high`) for more"),
-    flag("bf16", "TPUC_BF16", Some("--bf16"), false, "matmuls and convolutions in bf16 with f32 accumulation"),
-    flag("allow_excess_precision", "TPUC_ALLOW_EXCESS_PRECISION", Some("--allow-excess-precision"), false, "drop round trips through narrower float types"),
-    flag("fusion", "TPUC_FUSION", Some("--no-fusion"), true, "composites for attention, norms, GELU, RoPE, SwiGLU; off: plain StableHLO ops"),
+    lowers(opt("precision", "TPUC_PRECISION", Some("--precision"), "from torch", "matmul / convolution precision `default`, `high` or `highest`; unset, `torch.get_float32_matmul_precision()` decides (`highest` → highest, `high` → high, `medium` → default), except on the TPU target, where torch's untouched `highest` (which cannot be told from a choice) means TPU's `default`, one bf16 pass, as TorchTPU does: set `precision` (or torch's `high`) for more")),
+    lowers(flag("bf16", "TPUC_BF16", Some("--bf16"), false, "matmuls and convolutions in bf16 with f32 accumulation")),
+    lowers(flag("allow_excess_precision", "TPUC_ALLOW_EXCESS_PRECISION", Some("--allow-excess-precision"), false, "drop round trips through narrower float types")),
+    lowers(flag("fusion", "TPUC_FUSION", Some("--no-fusion"), true, "composites for attention, norms, GELU, RoPE, SwiGLU; off: plain StableHLO ops")),
     flag("no_recompile", "TPUC_NO_RECOMPILE", None, false, "after `tpuc.warmup(model, *examples)`, a compile raises a `TpucError` (kind `recompile`) naming the graph and the bucket"),
     opt("mesh", "TPUC_MESH", Some("--mesh"), "", "SPMD over a device mesh, e.g. `x=2,y=2` (see \"SPMD over a device mesh\")"),
     opt("shard_policy", "TPUC_SHARD_POLICY", Some("--shard-policy"), "", "with `mesh`: `dp`, `fsdp` or `tp`"),
-    OptionSpec { name: "shard", env: None, flag: Some("--shard"), default: "", boolean: false, help: "with `mesh`: `{argument name: \"x,_\"}`, names as `dump_dir`'s IR shows them" },
+    OptionSpec { name: "shard", env: None, flag: Some("--shard"), default: "", boolean: false, help: "with `mesh`: `{argument name: \"x,_\"}`, names as `dump_dir`'s IR shows them", lowers: false },
     flag("overlap", "TPUC_OVERLAP", None, true, "in a `torch.distributed` job: issue each collective as soon as its input exists, wait for it as late as possible; off: wait at once (to measure what overlap saves)"),
     opt("buckets", "TPUC_BUCKETS", Some("--buckets"), "`auto`", "symbolic sizes: `auto`, `linear:K`, a list `128,256,512`, or `off` (one compile per shape)"),
 ];
@@ -89,6 +97,15 @@ mod tests {
             }
             assert!(!o.name.starts_with(CACHE_PREFIX), "{}", o.name);
         }
+    }
+
+    /// A cache miss's explanation names every option that changes the lowering.
+    #[test]
+    fn every_lowering_option_is_in_the_summary() {
+        let s = crate::LowerOptions::default().lowering_summary();
+        let named: Vec<&str> = s.split(' ').filter_map(|kv| kv.split_once('=').map(|(k, _)| k)).collect();
+        let lowering: Vec<&str> = OPTIONS.iter().filter(|o| o.lowers).map(|o| o.name).collect();
+        assert_eq!(named, lowering, "{s}");
     }
 
     /// The README's table is this table: change the options here, then paste
