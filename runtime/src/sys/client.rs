@@ -25,30 +25,11 @@ pub(crate) struct RawClient {
 unsafe impl Send for RawClient {}
 unsafe impl Sync for RawClient {}
 
-impl Drop for RawClient {
-    fn drop(&mut self) {
-        let mut a = Padded::<ffi::PJRT_Client_Destroy_Args>::new();
-        a.client = self.ptr.as_ptr();
-        let _ = call!(self.api, PJRT_Client_Destroy, a.ptr());
-    }
-}
+destroy_on_drop!(RawClient, PJRT_Client_Destroy_Args.client, PJRT_Client_Destroy);
 
 impl RawClient {
-    pub(crate) fn platform_name(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_Client_String_Args>::new();
-        a.client = self.ptr.as_ptr();
-        call!(self.api, PJRT_Client_PlatformName, a.ptr())?;
-        // SAFETY: owned by the client, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
-
-    pub(crate) fn platform_version(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_Client_String_Args>::new();
-        a.client = self.ptr.as_ptr();
-        call!(self.api, PJRT_Client_PlatformVersion, a.ptr())?;
-        // SAFETY: owned by the client, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
+    getter!(platform_name -> String = PJRT_Client_PlatformName(PJRT_Client_String_Args.client));
+    getter!(platform_version -> String = PJRT_Client_PlatformVersion(PJRT_Client_String_Args.client));
 
     pub(crate) fn addressable_devices(&self) -> Result<Vec<DevicePtr>> {
         let mut a = Padded::<ffi::PJRT_Client_AddressableDevices_Args>::new();

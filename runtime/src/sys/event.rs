@@ -32,10 +32,4 @@ impl RawEvent {
     }
 }
 
-impl Drop for RawEvent {
-    fn drop(&mut self) {
-        let mut a = Padded::<ffi::PJRT_Event_Destroy_Args>::new();
-        a.event = self.ptr.as_ptr();
-        let _ = call!(self.api, PJRT_Event_Destroy, a.ptr());
-    }
-}
+destroy_on_drop!(RawEvent, PJRT_Event_Destroy_Args.event, PJRT_Event_Destroy);

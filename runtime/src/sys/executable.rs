@@ -34,51 +34,14 @@ pub(crate) struct RawExecutable {
 unsafe impl Send for RawExecutable {}
 unsafe impl Sync for RawExecutable {}
 
-impl Drop for RawExecutable {
-    fn drop(&mut self) {
-        let mut a = Padded::<ffi::PJRT_Executable_Destroy_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        let _ = call!(self.api, PJRT_Executable_Destroy, a.ptr());
-    }
-}
+destroy_on_drop!(RawExecutable, PJRT_Executable_Destroy_Args.executable, PJRT_Executable_Destroy);
 
 impl RawExecutable {
-    pub(crate) fn name(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_Executable_String_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        call!(self.api, PJRT_Executable_Name, a.ptr())?;
-        // SAFETY: owned by the executable, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
-
-    pub(crate) fn fingerprint(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_Executable_String_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        call!(self.api, PJRT_Executable_Fingerprint, a.ptr())?;
-        // SAFETY: owned by the executable, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
-
-    pub(crate) fn num_outputs(&self) -> Result<usize> {
-        let mut a = Padded::<ffi::PJRT_Executable_Count_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        call!(self.api, PJRT_Executable_NumOutputs, a.ptr())?;
-        Ok(a.count)
-    }
-
-    pub(crate) fn num_replicas(&self) -> Result<usize> {
-        let mut a = Padded::<ffi::PJRT_Executable_Count_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        call!(self.api, PJRT_Executable_NumReplicas, a.ptr())?;
-        Ok(a.count)
-    }
-
-    pub(crate) fn num_partitions(&self) -> Result<usize> {
-        let mut a = Padded::<ffi::PJRT_Executable_Count_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        call!(self.api, PJRT_Executable_NumPartitions, a.ptr())?;
-        Ok(a.count)
-    }
+    getter!(name -> String = PJRT_Executable_Name(PJRT_Executable_String_Args.executable));
+    getter!(fingerprint -> String = PJRT_Executable_Fingerprint(PJRT_Executable_String_Args.executable));
+    getter!(num_outputs -> usize = PJRT_Executable_NumOutputs(PJRT_Executable_Count_Args.executable));
+    getter!(num_replicas -> usize = PJRT_Executable_NumReplicas(PJRT_Executable_Count_Args.executable));
+    getter!(num_partitions -> usize = PJRT_Executable_NumPartitions(PJRT_Executable_Count_Args.executable));
 
     pub(crate) fn output_element_types(&self) -> Result<Vec<i32>> {
         let mut a = Padded::<ffi::PJRT_Executable_OutputElementTypes_Args>::new();
@@ -161,13 +124,7 @@ pub(crate) struct RawLoaded {
 unsafe impl Send for RawLoaded {}
 unsafe impl Sync for RawLoaded {}
 
-impl Drop for RawLoaded {
-    fn drop(&mut self) {
-        let mut a = Padded::<ffi::PJRT_LoadedExecutable_Destroy_Args>::new();
-        a.executable = self.ptr.as_ptr();
-        let _ = call!(self.api, PJRT_LoadedExecutable_Destroy, a.ptr());
-    }
-}
+destroy_on_drop!(RawLoaded, PJRT_LoadedExecutable_Destroy_Args.executable, PJRT_LoadedExecutable_Destroy);
 
 impl RawLoaded {
     pub(crate) fn client(&self) -> &Arc<RawClient> {

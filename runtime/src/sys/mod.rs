@@ -36,7 +36,7 @@
 //! * `buffer`: `RawBuffer`, its host memory and device-to-host copies;
 //! * `stderr`: redirecting stderr around plugin start-up.
 //!
-//! The `func!` and `call!` macros below serve every file; they stand before the `mod` lines so
+//! The `func!`, `call!`, `destroy_on_drop!` and `getter!` macros below serve every file; they stand before the `mod` lines so
 //! that those files see them.
 #![allow(unsafe_code)]
 
@@ -73,6 +73,41 @@ macro_rules! call {
             Err(e) => Err(e),
         }
     }};
+}
+
+/// `impl Drop for $ty` that destroys the owned handle `self.ptr` with `PJRT_*_Destroy`
+/// (`$args.$field` takes the handle; an error on the way out is dropped). Callers have
+/// `Padded` and `ffi` in scope.
+macro_rules! destroy_on_drop {
+    ($ty:ty, $args:ident . $field:ident, $destroy:ident) => {
+        impl Drop for $ty {
+            fn drop(&mut self) {
+                let mut a = Padded::<ffi::$args>::new();
+                a.$field = self.ptr.as_ptr();
+                let _ = call!(self.api, $destroy, a.ptr());
+            }
+        }
+    };
+}
+
+/// A method reading one value of the object `self.ptr` (passed in `$args.$field`) from
+/// `PJRT_*`: `-> String` copies the string the object owns, `-> usize` returns the count.
+macro_rules! getter {
+    ($name:ident -> String = $call:ident($args:ident . $field:ident)) => {
+        // SAFETY: the string is owned by the object, which `self` keeps alive.
+        getter!($name -> String = $call($args.$field), |a| unsafe { copy_string(a.value, a.value_size) });
+    };
+    ($name:ident -> usize = $call:ident($args:ident . $field:ident)) => {
+        getter!($name -> usize = $call($args.$field), |a| a.count);
+    };
+    ($name:ident -> $ret:ty = $call:ident($args:ident . $field:ident), |$a:ident| $read:expr) => {
+        pub(crate) fn $name(&self) -> Result<$ret> {
+            let mut $a = Padded::<ffi::$args>::new();
+            $a.$field = self.ptr.as_ptr();
+            call!(self.api, $call, $a.ptr())?;
+            Ok($read)
+        }
+    };
 }
 
 mod api;

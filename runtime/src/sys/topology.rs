@@ -23,30 +23,11 @@ pub(crate) struct RawTopology {
 unsafe impl Send for RawTopology {}
 unsafe impl Sync for RawTopology {}
 
-impl Drop for RawTopology {
-    fn drop(&mut self) {
-        let mut a = Padded::<ffi::PJRT_TopologyDescription_Destroy_Args>::new();
-        a.topology = self.ptr.as_ptr();
-        let _ = call!(self.api, PJRT_TopologyDescription_Destroy, a.ptr());
-    }
-}
+destroy_on_drop!(RawTopology, PJRT_TopologyDescription_Destroy_Args.topology, PJRT_TopologyDescription_Destroy);
 
 impl RawTopology {
-    pub(crate) fn platform_name(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_TopologyDescription_String_Args>::new();
-        a.topology = self.ptr.as_ptr();
-        call!(self.api, PJRT_TopologyDescription_PlatformName, a.ptr())?;
-        // SAFETY: owned by the topology, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
-
-    pub(crate) fn platform_version(&self) -> Result<String> {
-        let mut a = Padded::<ffi::PJRT_TopologyDescription_String_Args>::new();
-        a.topology = self.ptr.as_ptr();
-        call!(self.api, PJRT_TopologyDescription_PlatformVersion, a.ptr())?;
-        // SAFETY: owned by the topology, which is alive.
-        Ok(unsafe { copy_string(a.value, a.value_size) })
-    }
+    getter!(platform_name -> String = PJRT_TopologyDescription_PlatformName(PJRT_TopologyDescription_String_Args.topology));
+    getter!(platform_version -> String = PJRT_TopologyDescription_PlatformVersion(PJRT_TopologyDescription_String_Args.topology));
 
     pub(crate) fn devices(&self) -> Result<Vec<DeviceDescription>> {
         let mut a = Padded::<ffi::PJRT_TopologyDescription_GetDeviceDescriptions_Args>::new();
