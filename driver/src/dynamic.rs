@@ -106,6 +106,51 @@ pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecEr
     Ok(sizes)
 }
 
+/// Where a call's arguments carry one symbol's size: signature input `input`'s dim `dim`, or
+/// the input itself for a SymInt input (`dim` None); with the symbol's range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeRead {
+    pub input: usize,
+    pub dim: Option<usize>,
+    pub symbol: String,
+    /// The smallest size (at least 1).
+    pub min: i64,
+    /// The largest, `None` when unbounded.
+    pub max: Option<i64>,
+}
+
+/// Where each symbol's size is read at a call, in signature order: every input dim (and SymInt
+/// input) that is exactly one symbol. `None` when the inputs have no symbolic size, or when a
+/// symbol of an input's shape is never one by itself (`2*s0` only): its size cannot be read,
+/// so the program cannot be bucketed.
+pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
+    let module = &imported.module;
+    let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();
+    let (mut reads, mut needed) = (Vec::new(), std::collections::BTreeSet::new());
+    let mut read = |input: usize, dim: Option<usize>, e: &tpuc_ir::SymExpr, reads: &mut Vec<SizeRead>| {
+        needed.extend(e.symbols().iter().map(|s| s.to_string()));
+        if let Some(name) = e.as_symbol() {
+            let (min, max) = module.symbols.get(name).map_or((1, None), |s| (s.min.max(1), s.max));
+            reads.push(SizeRead { input, dim, symbol: name.to_string(), min, max });
+        }
+    };
+    for (input, slot) in imported.inputs.iter().enumerate() {
+        let tpuc_frontend_fx::InputSlot::Arg(k) = *slot else { continue };
+        if let Some((_, e)) = imported.sym_inputs.iter().find(|(a, _)| *a == k) {
+            read(input, None, e, &mut reads);
+            continue;
+        }
+        let Some(&v) = args.get(k) else { continue };
+        for (d, dim) in module.values[v].ty.dims.iter().enumerate() {
+            if let tpuc_ir::Dim::Sym(e) = dim {
+                read(input, Some(d), e, &mut reads);
+            }
+        }
+    }
+    let seen: std::collections::BTreeSet<&str> = reads.iter().map(|r| r.symbol.as_str()).collect();
+    (!reads.is_empty() && needed.iter().all(|s| seen.contains(s.as_str()))).then_some(reads)
+}
+
 /// The bucket of every symbol for real sizes `sizes`.
 pub fn select_bucket(plan: &BucketPlan, sizes: &Sizes) -> Result<Sizes, ExecError> {
     let mut out = Sizes::new();

@@ -291,6 +291,7 @@ pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
         weights: BTreeMap::new(),
         inputs: (0..nargs).map(tpuc_frontend_fx::InputSlot::Arg).collect(),
         outputs: (0..nres).map(tpuc_frontend_fx::OutputSlot::Result).collect(),
+        sym_inputs: Vec::new(),
         torch_version: None,
         has_weight_data: false,
         source: Default::default(),
@@ -401,6 +402,7 @@ pub fn lower_bucket(
         weights: weights.clone(),
         inputs: Vec::new(),
         outputs: Vec::new(),
+        sym_inputs: Vec::new(),
         torch_version: None,
         has_weight_data: true,
         // No graph fingerprint: another bucket is another graph, not another lowering.

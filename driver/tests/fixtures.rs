@@ -120,3 +120,32 @@ fn snapshots_of_small_fixtures() {
         insta::assert_snapshot!(name.replace(['/', '.'], "_"), text);
     }
 }
+
+/// A call reads each symbol's size from the inputs where the importer put it: the batch of `x`
+/// (signature input 4, after the four weights), with the exported range.
+#[test]
+fn size_reads_name_the_input_dim_and_range_of_each_symbol() {
+    use tpuc_driver::dynamic::{size_reads, SizeRead};
+    let imported = tpuc_driver::import(&repo().join("tests/fixtures/mlp/dynamic.pt2")).unwrap();
+    let sym = imported.module.symbols.iter().next().unwrap().name.to_string();
+    assert_eq!(size_reads(&imported), Some(vec![SizeRead { input: 4, dim: Some(0), symbol: sym, min: 2, max: Some(64) }]));
+    // A static program has nothing to read.
+    assert_eq!(size_reads(&tpuc_driver::import(&repo().join("tests/fixtures/mlp/core.pt2")).unwrap()), None);
+}
+
+/// A symbol that no input dim holds by itself (only `2*s`) cannot be read at a call: no plan.
+#[test]
+fn a_size_seen_only_in_an_expression_cannot_be_read() {
+    let dir = std::env::temp_dir().join(format!("tpuc-size-reads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ir = |dims: &str| {
+        let path = dir.join("m.tpuc");
+        let text = format!("module {{\n  symbol @s : [1, 8]\n  func @main(%0: tensor<{dims}xf32> {{kind = \"input\", name = \"x\"}}) -> (tensor<{dims}xf32>) {{\n    return %0\n  }}\n}}\n");
+        std::fs::write(&path, text).unwrap();
+        tpuc_driver::dynamic::size_reads(&tpuc_driver::import(&path).unwrap())
+    };
+    assert_eq!(ir("(2*s)x3"), None);
+    let reads = ir("(2*s)xs").unwrap();
+    assert_eq!((reads.len(), reads[0].dim, reads[0].min, reads[0].max), (1, Some(1), 1, Some(8)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

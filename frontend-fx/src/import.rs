@@ -561,7 +561,7 @@ pub(crate) fn import_program(
         return Err(ImportError::Verify(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")));
     }
     let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
-    Ok(Imported { module, weights, inputs, outputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
+    Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
 }
 
 /// How a node is lowered: its op's lowering and, for an in-place op lowered through its

@@ -84,6 +84,8 @@ pub struct Imported {
     pub inputs: Vec<InputSlot>,
     /// One entry per signature output, in order.
     pub outputs: Vec<OutputSlot>,
+    /// Per SymInt input, its `main` argument and the size expression it carries.
+    pub sym_inputs: Vec<(usize, SymExpr)>,
     /// `torch_version` of the exporting torch, when recorded.
     pub torch_version: Option<String>,
     /// False for a bare model.json: weights are then only arguments.

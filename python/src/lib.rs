@@ -730,6 +730,22 @@ fn select_bucket(py: Python<'_>, policy: &str, n: i64, lo: i64, hi: Option<i64>)
     })
 }
 
+/// Where each symbol's size is read at a call of the serialized graph `program_json`:
+/// `(input, dim or None for a SymInt input, symbol, min, max or None)` per input dim that is
+/// exactly one symbol, the symbols named and ranged as the compiler sees them. None when no
+/// input size is symbolic, when some symbol's size cannot be read from the inputs, or when the
+/// graph does not import (compiling it per shape then says why).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn size_plan(py: Python<'_>, program_json: &[u8]) -> PyResult<Option<Vec<(usize, Option<usize>, String, i64, Option<i64>)>>> {
+    guard(py, "size_plan", || {
+        let bytes = program_json.to_vec();
+        let Ok(imported) = py.detach(|| tpuc_driver::import_bytes(bytes)) else { return Ok(None) };
+        let reads = tpuc_driver::dynamic::size_reads(&imported);
+        Ok(reads.map(|v| v.into_iter().map(|r| (r.input, r.dim, r.symbol, r.min, r.max)).collect()))
+    })
+}
+
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
@@ -742,6 +758,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HostBuffer>()?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
     m.add_function(wrap_pyfunction!(option_specs, m)?)?;
+    m.add_function(wrap_pyfunction!(size_plan, m)?)?;
     m.add_function(wrap_pyfunction!(plugins, m)?)?;
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(select_bucket, m)?)?;

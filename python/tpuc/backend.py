@@ -237,35 +237,16 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def _size_plan(gm: torch.fx.GraphModule):
+def _size_plan(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
     """Where each symbol's size is read at a call: (placeholder, dim or None for a SymInt input,
     symbol, lo, hi) for every placeholder dim (or SymInt input) that is exactly one symbol, with
-    the symbol's range from the shape environment (hi None when unbounded). None when some
-    symbol of an input shape is not read anywhere (it cannot be bucketed then)."""
-    plan, seen, needed = [], set(), set()
-    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
-        v = n.meta.get("val")
-        dims = [(None, v)] if isinstance(v, torch.SymInt) else list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else []
-        for d, s in dims:
-            if not isinstance(s, torch.SymInt):
-                continue
-            expr = s.node.expr
-            needed |= {str(x) for x in expr.free_symbols}
-            if not expr.is_Symbol:
-                continue
-            name = str(expr)
-            lo, hi = 1, None
-            try:
-                r = s.node.shape_env.var_to_range[expr]
-                lo = max(1, int(r.lower))
-                hi = int(r.upper) if r.upper.is_finite else None
-            except Exception:
-                pass
-            plan.append((i, d, name, lo, hi))
-            seen.add(name)
-    if not plan or needed - seen:
-        return None
-    return plan
+    the symbol's range (hi None when unbounded), as the compiler reads them from the serialized
+    graph (which its buckets compile). None when some symbol of an input shape is not read
+    anywhere (it cannot be bucketed then)."""
+    from . import _C
+    from .graph import serialized
+
+    return _C.size_plan(serialized(gm, static, buffers)[3])
 
 
 class _Backend:
@@ -694,7 +675,7 @@ class ShapeSpecialized:
         self.picked: dict[tuple[str, int], int] = {}  # (symbol, size) -> bucket
         self.dispatch: dict[tuple, Any] = {}  # sizes seen -> their bucket's program
         bucketed = bucketed and backend.opts.buckets != "off"
-        self.size_plan = _size_plan(gm) if bucketed else None
+        self.size_plan = _size_plan(gm, static, buffers) if bucketed else None
 
     def __call__(self, args):
         if self.size_plan is not None:

@@ -71,7 +71,7 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 _SERIALIZED: "weakref.WeakKeyDictionary[torch.fx.GraphModule, dict]" = weakref.WeakKeyDictionary()
 
 
-def _serialized(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
+def serialized(gm: torch.fx.GraphModule, static: set[int], buffers: set[int]):
     key = (frozenset(static), frozenset(buffers))
     per_graph = _SERIALIZED.setdefault(gm, {})
     if key in per_graph:
@@ -124,7 +124,7 @@ class CompiledGraph:
         t0 = time.perf_counter()
         # A training forward's outputs from this index on are saved for its backward only.
         saved_from = gm.meta.get("tpuc_saved_from")
-        gm, constants, n_args, program_json, self.passthrough = _serialized(gm, static, buffers)
+        gm, constants, n_args, program_json, self.passthrough = serialized(gm, static, buffers)
         t_ser = time.perf_counter() - t0
         self.num_args = n_args
         self.constants = {n_args + k: t for k, (_, t) in enumerate(constants)}

@@ -2,7 +2,8 @@
 
 The graph is written unchanged (same nodes, names and targets) by torch's own graph serializer,
 with a signature that says which placeholders are parameters, buffers or lifted constants (the
-driver keeps those resident on the device) and which are user inputs. Node metadata is cut to
+driver keeps those resident on the device) and which are user inputs, and the shape
+environment's range of each symbol in the inputs' sizes. Node metadata is cut to
 what the importer reads (`val` for tensor types, `stack_trace` for source lines, `custom` for
 `tpuc.precision` regions) while the serializer runs; Dynamo's other metadata (nn_module_stack
 with class objects, from_node) is slow to write and partly rejected by the serializer.
@@ -107,13 +108,29 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
     program = S.ExportedProgram(
         graph_module=serialized,
         opset_version={"aten": torch._C._get_max_operator_version()},
-        range_constraints={},
+        range_constraints=_range_constraints(placeholders),
         schema_version=S.SchemaVersion(major=_serde.SCHEMA_VERSION[0], minor=_serde.SCHEMA_VERSION[1]),
         verifiers=[],
         torch_version=torch.__version__,
         guards_code=[],
     )
     return _serde._to_json_bytes(program)
+
+
+def _range_constraints(placeholders: list[torch.fx.Node]) -> dict:
+    """The shape environment's range of every symbol in an input's sizes, as torch.export writes
+    them: the importer gives its symbols these ranges (bucket plans and size checks read them)."""
+    ranges = {}
+    for n in placeholders:
+        v = n.meta.get("val")
+        sizes = [v] if isinstance(v, torch.SymInt) else list(v.shape) if isinstance(v, torch.Tensor) else []
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                for sym in s.node.expr.free_symbols:
+                    r = s.node.shape_env.var_to_range.get(sym)
+                    if r is not None:
+                        ranges[sym] = r
+    return _serde.serialize_range_constraints(ranges)
 
 
 def is_opaque_input(n: torch.fx.Node) -> bool:

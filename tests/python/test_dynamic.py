@@ -66,6 +66,25 @@ def test_mark_dynamic_range_bounds_the_last_bucket():
     assert s["buckets"] == 3 and s["dynamo_graphs"] == 1, s
 
 
+def test_the_size_plan_is_the_compilers_reading_of_the_graph():
+    """Where a call reads each symbol's size is what the importer makes of the serialized graph:
+    one entry per input dim that is exactly one symbol, duck-shaped dims sharing it, with the
+    shape environment's range (which the serialized graph carries)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tpuc import _C
+    from tpuc.graph import serialized
+
+    def plan(f, *args):
+        gm = make_fx(f, tracing_mode="symbolic")(*args)
+        return _C.size_plan(serialized(gm, set(), set())[3])
+
+    got = plan(lambda x, y: (x.sum(1), y * 2), torch.randn(4, 3), torch.randn(4))
+    assert [(i, d, lo, hi) for i, d, _, lo, hi in got] == [(0, 0, 2, None), (0, 1, 2, None), (1, 0, 2, None)], got
+    assert got[0][2] == got[2][2] != got[1][2], got  # x's rows and y share one symbol
+    assert _C.size_plan(b"{}") is None  # a graph that does not import: compiled per shape
+
+
 def test_linear_policy_and_off():
     torch.manual_seed(0)
     model = Pool().eval()
