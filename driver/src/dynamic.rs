@@ -127,7 +127,7 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
     let module = &imported.module;
     let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();
     let (mut reads, mut needed) = (Vec::new(), std::collections::BTreeSet::new());
-    let mut read = |input: usize, dim: Option<usize>, e: &tpuc_ir::SymExpr, reads: &mut Vec<SizeRead>| {
+    let mut read = |input: usize, dim: Option<usize>, e: &tpuc_ir::SymExpr| {
         needed.extend(e.symbols().iter().map(|s| s.to_string()));
         if let Some(name) = e.as_symbol() {
             let (min, max) = module.symbols.get(name).map_or((1, None), |s| (s.min.max(1), s.max));
@@ -137,13 +137,13 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
     for (input, slot) in imported.inputs.iter().enumerate() {
         let tpuc_frontend_fx::InputSlot::Arg(k) = *slot else { continue };
         if let Some((_, e)) = imported.sym_inputs.iter().find(|(a, _)| *a == k) {
-            read(input, None, e, &mut reads);
+            read(input, None, e);
             continue;
         }
         let Some(&v) = args.get(k) else { continue };
         for (d, dim) in module.values[v].ty.dims.iter().enumerate() {
             if let tpuc_ir::Dim::Sym(e) = dim {
-                read(input, Some(d), e, &mut reads);
+                read(input, Some(d), e);
             }
         }
     }

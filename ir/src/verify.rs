@@ -118,14 +118,9 @@ impl Verifier<'_> {
         let main = m.main_func().map(|f| f as *const crate::Func);
         for f in &m.funcs {
             let ctx = format!("func @{}", f.name);
-            let args = f.args.iter().map(|a| &a.sharding);
-            let results = f.results.iter().map(|r| &r.sharding);
-            let split: Vec<(&str, usize, &crate::DimAxes)> = args
-                .enumerate()
-                .filter_map(|(i, d)| Some(("argument", i, d.as_ref()?)))
-                .chain(results.enumerate().filter_map(|(i, d)| Some(("result", i, d.as_ref()?))))
-                .collect();
-            if split.is_empty() {
+            let args: Vec<Option<&crate::DimAxes>> = f.args.iter().map(|a| a.sharding.as_ref()).collect();
+            let results: Vec<Option<&crate::DimAxes>> = f.results.iter().map(|r| r.sharding.as_ref()).collect();
+            if args.iter().chain(&results).all(Option::is_none) {
                 continue;
             }
             if main != Some(f as *const crate::Func) {
@@ -137,15 +132,18 @@ impl Verifier<'_> {
                 continue;
             };
             let Some(&entry) = m.regions[f.body].blocks.first() else { continue };
-            let args: &[ValueId] = &m.blocks[entry].args;
-            let results: Vec<ValueId> = m.terminator(entry).map(|o| m.ops[o].operands.to_vec()).unwrap_or_default();
-            for (what, i, dims) in split {
-                let Some(&v) = (if what == "argument" { args.get(i) } else { results.get(i) }) else {
-                    self.err(ctx.clone(), format!("sharding of {what} {i}, which does not exist"));
-                    continue;
-                };
-                if let Some(msg) = crate::sharding::dim_axes_error(mesh, dims, &m.values[v].ty) {
-                    self.err(ctx.clone(), format!("{what} {i}: sharding {}: {msg}", crate::sharding::dim_axes_text(dims)));
+            let arg_values: &[ValueId] = &m.blocks[entry].args;
+            let result_values: Vec<ValueId> = m.terminator(entry).map(|o| m.ops[o].operands.to_vec()).unwrap_or_default();
+            for (what, splits, values) in [("argument", &args, arg_values), ("result", &results, &result_values[..])] {
+                for (i, dims) in splits.iter().enumerate() {
+                    let Some(dims) = dims else { continue };
+                    let Some(&v) = values.get(i) else {
+                        self.err(ctx.clone(), format!("sharding of {what} {i}, which does not exist"));
+                        continue;
+                    };
+                    if let Some(msg) = crate::sharding::dim_axes_error(mesh, dims, &m.values[v].ty) {
+                        self.err(ctx.clone(), format!("{what} {i}: sharding {}: {msg}", crate::sharding::dim_axes_text(dims)));
+                    }
                 }
             }
         }

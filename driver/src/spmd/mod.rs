@@ -49,26 +49,24 @@ impl MeshSharding {
     /// each listed result of `main` in their metadata (every other one whole). An argument the
     /// sharding names but `main` lacks is an error ([`check`] has said so first).
     pub fn to_ir(&self, module: &mut Module) -> Result<(), String> {
-        let f = module.main_func_mut().ok_or("the module has no `main`")?;
-        for name in self.args.keys() {
-            if !f.args.iter().any(|a| &a.name == name) {
-                return Err(format!("no argument `{name}`"));
-            }
+        let f = module.main_func().ok_or("the module has no `main`")?;
+        if let Some(name) = self.args.keys().find(|n| !f.args().iter().any(|a| &a.name == *n)) {
+            return Err(format!("no argument `{name}`"));
         }
+        let results = module.terminator(module.entry_block(f)).map_or(0, |o| module.ops[o].operands().len());
+        if let Some(&i) = self.results.keys().find(|&&i| i >= results) {
+            return Err(format!("result {i} does not exist (the program has {results})"));
+        }
+        let f = module.main_func_mut().expect("checked above");
         for a in &mut f.args {
             a.sharding = self.args.get(&a.name).cloned();
         }
         // A sharded result needs metadata to carry its split, even in a function that had none.
-        let results = module.main_func().and_then(|f| module.terminator(module.entry_block(f))).map_or(0, |o| module.ops[o].operands().len());
-        let f = module.main_func_mut().ok_or("the module has no `main`")?;
         if f.results.is_empty() && !self.results.is_empty() {
             f.results = (0..results).map(|i| tpuc_ir::ResultInfo::new(tpuc_ir::ResultKind::UserOutput, format!("result{i}"))).collect();
         }
         for (i, r) in f.results.iter_mut().enumerate() {
             r.sharding = self.results.get(&i).cloned();
-        }
-        if let Some(&i) = self.results.keys().find(|&&i| i >= results) {
-            return Err(format!("result {i} does not exist (the program has {results})"));
         }
         module.mesh = Some(tpuc_ir::Mesh { axes: self.axes.clone() });
         Ok(())
