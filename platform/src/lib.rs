@@ -16,18 +16,27 @@ pub enum Target {
     Cpu,
     /// TPUs through libtpu (compiling for a topology works on any host).
     Tpu,
+    /// NVIDIA GPUs through the CUDA PJRT plugin of `jax-cuda13-pjrt` / `jax-cuda12-pjrt`.
+    Gpu,
 }
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 2] = [Target::Cpu, Target::Tpu];
+    pub const ALL: [Target; 3] = [Target::Cpu, Target::Tpu, Target::Gpu];
 
     /// The name on the command line, in options and in cache manifests.
     pub fn name(self) -> &'static str {
         match self {
             Target::Cpu => "cpu",
             Target::Tpu => "tpu",
+            Target::Gpu => "gpu",
         }
+    }
+
+    /// Whether the target's device memory is the host's (the CPU plugin): arrays can be read
+    /// and handed over in place. Every accelerator copies across its link instead.
+    pub fn host_memory(self) -> bool {
+        self == Target::Cpu
     }
 }
 
@@ -67,6 +76,6 @@ mod tests {
             assert_eq!(t.name().parse::<Target>(), Ok(t));
             assert_eq!(t.to_string(), t.name());
         }
-        assert_eq!("gpu".parse::<Target>().unwrap_err().to_string(), "unknown target `gpu`; valid targets: cpu, tpu");
+        assert_eq!("cuda".parse::<Target>().unwrap_err().to_string(), "unknown target `cuda`; valid targets: cpu, tpu, gpu");
     }
 }

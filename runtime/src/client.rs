@@ -143,7 +143,7 @@ impl Client {
         dims: &[i64],
         device: Option<&Device>,
     ) -> Result<Option<Buffer>> {
-        if data.is_empty() {
+        if data.is_empty() || !crate::transfers::host_aliasing() {
             return Ok(None);
         }
         let raw = self.host_buffer(data, element_type, dims, device, true)?;
@@ -190,8 +190,14 @@ impl Client {
                 ))
             })?,
         };
-        self.raw
-            .buffer_from_host(data, element_type.to_pjrt(), dims, ptr, zero_copy)
+        // Host memory is read in place only where allowed; a copy is a transfer.
+        let zero_copy = zero_copy && crate::transfers::host_aliasing();
+        let raw = self.raw.buffer_from_host(data, element_type.to_pjrt(), dims, ptr, zero_copy)?;
+        let in_place = zero_copy && !data.is_empty() && raw.host_address(data.len())? == Some(data.as_ptr() as usize);
+        if !in_place {
+            crate::transfers::count_h2d(data.len());
+        }
+        Ok(raw)
     }
 }
 
@@ -287,23 +293,37 @@ impl Buffer {
         })
     }
 
+    /// Where the array's bytes lie in this process's memory, when the plugin keeps them in host
+    /// memory, dense and row-major (the CPU plugin); `None` on a device of its own. Valid while
+    /// the buffer lives: for tests of donation and in-place reads.
+    pub fn host_address(&self) -> Result<Option<usize>> {
+        let dims = self.raw.dims()?;
+        match dense_size(&self.raw, &dims)? {
+            Some(n) => self.raw.host_address(n),
+            None => Ok(None),
+        }
+    }
+
     /// Copies the array to a new dense, row-major `Vec<u8>` and waits for the copy (one
     /// device-to-host copy, straight into the vector).
     pub fn to_host(&self) -> Result<Vec<u8>> {
         let rank = self.raw.dims()?.len();
-        self.raw.to_host(rank)
+        let bytes = self.raw.to_host(rank)?;
+        crate::transfers::count_d2h(bytes.len());
+        Ok(bytes)
     }
 
     /// Moves arrays to the host: each in place when the plugin keeps it in host memory, dense
-    /// and row-major (the CPU plugin: no copy, the buffer's memory is handed over), copied
-    /// otherwise, with all the copies in flight at once.
+    /// and row-major (the CPU plugin: no copy, the buffer's memory is handed over) and host
+    /// aliasing is on, copied otherwise, with all the copies in flight at once.
     pub fn into_host_all(buffers: Vec<Buffer>) -> Result<Vec<HostArray>> {
         let mut out: Vec<Option<HostArray>> = Vec::with_capacity(buffers.len());
         let mut copies = Vec::new();
+        let in_place_allowed = crate::transfers::host_aliasing();
         for (i, b) in buffers.into_iter().enumerate() {
             let dims = b.raw.dims()?;
             let size = dense_size(&b.raw, &dims)?;
-            let raw = match size {
+            let raw = match size.filter(|_| in_place_allowed) {
                 Some(n) => match HostMemory::take(b.raw, n)? {
                     Ok(memory) => {
                         out.push(Some(HostArray(Host::InPlace(memory))));
@@ -319,7 +339,9 @@ impl Buffer {
             out.push(None);
         }
         for (i, pending, _buffer) in copies {
-            out[i] = Some(HostArray(Host::Copied(pending.finish()?)));
+            let bytes = pending.finish()?;
+            crate::transfers::count_d2h(bytes.len());
+            out[i] = Some(HostArray(Host::Copied(bytes)));
         }
         Ok(out
             .into_iter()

@@ -9,7 +9,8 @@
 //! `TPUC_PJRT_PLUGIN` names one plugin for callers that do not pick a target; see
 //! [`Discovery::default_plugin`]. Inside site-packages the files are
 //! `lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so` (CPU) and `libtpu/libtpu.so` (TPU), which
-//! `scripts/setup.sh` installs.
+//! `scripts/setup.sh` installs, and the CUDA plugin of `jax-cuda13-pjrt` or `jax-cuda12-pjrt`
+//! (GPU), `jax_plugins/xla_cuda13/xla_cuda_plugin.so` or `.../xla_cuda12/...`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -27,14 +28,16 @@ pub fn plugin_env_var(target: Target) -> &'static str {
     match target {
         Target::Cpu => "TPUC_PJRT_CPU_PLUGIN",
         Target::Tpu => "TPUC_PJRT_TPU_PLUGIN",
+        Target::Gpu => "TPUC_PJRT_GPU_PLUGIN",
     }
 }
 
-/// `target`'s plugin file inside a Python site-packages folder.
-pub fn site_packages_file(target: Target) -> &'static str {
+/// `target`'s plugin files inside a Python site-packages folder, in order of preference.
+pub fn site_packages_files(target: Target) -> &'static [&'static str] {
     match target {
-        Target::Cpu => "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
-        Target::Tpu => "libtpu/libtpu.so",
+        Target::Cpu => &["lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"],
+        Target::Tpu => &["libtpu/libtpu.so"],
+        Target::Gpu => &["jax_plugins/xla_cuda13/xla_cuda_plugin.so", "jax_plugins/xla_cuda12/xla_cuda_plugin.so"],
     }
 }
 
@@ -74,6 +77,7 @@ pub struct Discovery {
     pub explicit: Option<Found>,
     pub cpu: Option<Found>,
     pub tpu: Option<Found>,
+    pub gpu: Option<Found>,
     /// Every location looked at, for error messages, with the target it was for (`None`:
     /// both).
     pub searched: Vec<(Option<Target>, String)>,
@@ -84,6 +88,7 @@ impl Discovery {
         match target {
             Target::Cpu => self.cpu.as_ref(),
             Target::Tpu => self.tpu.as_ref(),
+            Target::Gpu => self.gpu.as_ref(),
         }
     }
 
@@ -186,7 +191,16 @@ pub fn discover() -> Discovery {
         }
     }
 
-    // The active Python, only when something is still missing.
+    // The active Python, only when something is still missing (the GPU plugin alone is
+    // looked for in the active virtualenv only: most hosts have none, and asking python3
+    // costs every compile a process start).
+    if d.gpu.is_none() {
+        if let Some(venv) = env_path("VIRTUAL_ENV") {
+            for site in venv_site_packages(&venv) {
+                search_site(&mut d, &site, || Origin::Python(site.clone()));
+            }
+        }
+    }
     if d.cpu.is_none() || d.tpu.is_none() {
         let mut sites = Vec::new();
         if let Some(venv) = env_path("VIRTUAL_ENV") {
@@ -214,6 +228,7 @@ fn set(d: &mut Discovery, target: Target, found: Found) {
     let slot = match target {
         Target::Cpu => &mut d.cpu,
         Target::Tpu => &mut d.tpu,
+        Target::Gpu => &mut d.gpu,
     };
     if slot.is_none() {
         *slot = Some(found);
@@ -225,17 +240,19 @@ fn search_site(d: &mut Discovery, site: &Path, origin: impl Fn() -> Origin) {
         if d.get(target).is_some() {
             continue;
         }
-        let path = site.join(site_packages_file(target));
-        if path.is_file() {
-            set(
-                d,
-                target,
-                Found {
-                    path,
-                    origin: origin(),
-                },
-            );
-        } else {
+        for file in site_packages_files(target) {
+            let path = site.join(file);
+            if path.is_file() {
+                set(
+                    d,
+                    target,
+                    Found {
+                        path,
+                        origin: origin(),
+                    },
+                );
+                break;
+            }
             d.searched.push((Some(target), path.display().to_string()));
         }
     }

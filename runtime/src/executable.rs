@@ -144,6 +144,24 @@ impl Executable {
     }
 }
 
+/// One argument of [`LoadedExecutable::execute_with`].
+#[derive(Debug)]
+pub enum Arg<'a> {
+    /// Read only: the caller keeps the buffer.
+    Borrowed(&'a Buffer),
+    /// Given up to the execution, which may reuse its memory for the result it is aliased to.
+    Donated(Buffer),
+}
+
+impl Arg<'_> {
+    fn buffer(&self) -> &Buffer {
+        match self {
+            Arg::Borrowed(b) => b,
+            Arg::Donated(b) => b,
+        }
+    }
+}
+
 /// An executable loaded on a client's devices, ready to run. Keeps its client alive.
 pub struct LoadedExecutable {
     client: Client,
@@ -214,7 +232,30 @@ impl LoadedExecutable {
             )));
         }
         let raw_args: Vec<_> = args.iter().map(|b| b.raw()).collect();
-        let outputs = self.raw.execute(&raw_args, self.num_outputs)?;
+        let outputs = self.raw.execute(&raw_args, &[], self.num_outputs)?;
+        Ok(outputs.into_iter().map(Buffer::from_raw).collect())
+    }
+
+    /// Runs a single-device executable like [`LoadedExecutable::execute`], with some arguments
+    /// given up: an [`Arg::Donated`] buffer that the program aliases to a result (StableHLO's
+    /// `tf.aliasing_output`) becomes that result, without a copy; the others are read only.
+    /// Donated buffers are consumed either way.
+    pub fn execute_with(&self, args: Vec<Arg<'_>>) -> Result<Vec<Buffer>> {
+        if self.devices.len() != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "execute_with runs single-device executables; this one spans {} devices",
+                self.devices.len()
+            )));
+        }
+        if let Some(foreign) = args.iter().map(Arg::buffer).find(|b| !Arc::ptr_eq(b.raw().client(), self.client.raw())) {
+            return Err(Error::InvalidArgument(format!("argument {foreign:?} belongs to another client")));
+        }
+        let donated: Vec<bool> = args.iter().map(|a| matches!(a, Arg::Donated(_))).collect();
+        let raw_args: Vec<_> = args.iter().map(|a| a.buffer().raw()).collect();
+        let outputs = self.raw.execute(&raw_args, &donated, self.num_outputs)?;
+        drop(raw_args);
+        // The donated buffers are spent: their memory is the aliased results' now.
+        drop(args);
         Ok(outputs.into_iter().map(Buffer::from_raw).collect())
     }
 
@@ -235,7 +276,7 @@ impl LoadedExecutable {
             }
         }
         let raw_args: Vec<Vec<_>> = args.iter().map(|l| l.iter().map(|b| b.raw()).collect()).collect();
-        let outputs = self.raw.execute_on_devices(&raw_args, self.num_outputs)?;
+        let outputs = self.raw.execute_on_devices(&raw_args, &[], self.num_outputs)?;
         Ok(outputs.into_iter().map(|o| o.into_iter().map(Buffer::from_raw).collect()).collect())
     }
 }

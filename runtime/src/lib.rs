@@ -22,6 +22,11 @@
 //! `Buffer::into_host_all` hands results over as `HostArray`s that own the device buffer's own
 //! host memory (the CPU plugin) or a copy (any other device).
 //!
+//! Every host ↔ device transfer is counted ([`transfers`]); [`set_host_aliasing`]`(false)` makes
+//! the CPU plugin copy as an accelerator would. [`LoadedExecutable::execute_with`] donates the
+//! arguments the caller gives up, so a program that updates state in place (arguments aliased to
+//! results) reuses their memory.
+//!
 //! Layout: `ffi` holds the hand-written C declarations, `sys` every unsafe call (and the
 //! rules it keeps: each PJRT object freed once, errors read and destroyed, plugins never
 //! unloaded); the other modules are safe. All handles are `Send + Sync` (see `sys`).
@@ -37,18 +42,20 @@ mod options;
 mod plugin;
 mod sys;
 mod topology;
+mod transfers;
 mod types;
 
 pub use client::{BorrowedBuffer, Buffer, Client, Device, HostArray};
-pub use discover::{discover, plugin_env_var, site_packages_file, Discovery, Found, Origin, Target, ENV_PLUGIN};
+pub use discover::{discover, plugin_env_var, site_packages_files, Discovery, Found, Origin, Target, ENV_PLUGIN};
 pub use error::{Error, ErrorCode, Result};
-pub use executable::{Executable, LoadedExecutable, Program};
+pub use executable::{Arg, Executable, LoadedExecutable, Program};
 pub use options::{CompileOptions, OptionOverride};
 pub use plugin::{
     libtpu_environment, libtpu_log_dir, tpu_chips_in, tpu_topology_options, ApiVersion, Plugin,
     SUPPORTED_API,
 };
 pub use topology::Topology;
+pub use transfers::{host_aliasing, set_host_aliasing, transfers, Transfers};
 pub use types::{
     lookup, Availability, CompiledMemoryStats, DeviceDescription, ElementType, NamedValue, Shape,
     Value,

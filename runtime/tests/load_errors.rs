@@ -51,12 +51,13 @@ fn non_elf_file_is_rejected() {
 #[test]
 fn discovery_finds_both_plugins_in_the_project_venv() {
     let d = discover();
-    for target in Target::ALL {
+    // The GPU plugin is not part of the project's setup (hosts with a GPU install it).
+    for target in [Target::Cpu, Target::Tpu] {
         let found = d
             .get(target)
             .unwrap_or_else(|| panic!("{}\nrun scripts/setup.sh", d.plugin(target).unwrap_err()));
         eprintln!("{target}: {} ({})", found.path.display(), found.origin);
-        assert!(found.path.ends_with(tpuc_runtime::site_packages_file(target)));
+        assert!(tpuc_runtime::site_packages_files(target).iter().any(|f| found.path.ends_with(f)));
     }
 }
 

@@ -164,21 +164,26 @@ impl RawLoaded {
     }
 
     /// Runs a single-device executable on the device it was compiled for and waits for it.
+    /// `donated[i]`: argument `i` may be donated to an output it is aliased with (the caller
+    /// drops it afterwards); the others are never donated.
     pub(crate) fn execute(
         &self,
         args: &[&RawBuffer],
+        donated: &[bool],
         num_outputs: usize,
     ) -> Result<Vec<RawBuffer>> {
-        let mut per_device = self.execute_on_devices(&[args.to_vec()], num_outputs)?;
+        let mut per_device = self.execute_on_devices(&[args.to_vec()], donated, num_outputs)?;
         Ok(per_device.pop().unwrap_or_default())
     }
 
     /// Runs on every device of the executable at once, `args[d]` the arguments of device `d`
     /// (in [`RawLoaded::addressable_devices`] order), and waits for all of them. Returns the
-    /// outputs of each device.
+    /// outputs of each device. `donated` as in [`RawLoaded::execute`], by argument position
+    /// (the same on every device; empty: none).
     pub(crate) fn execute_on_devices(
         &self,
         args: &[Vec<&RawBuffer>],
+        donated: &[bool],
         num_outputs: usize,
     ) -> Result<Vec<Vec<RawBuffer>>> {
         let n = args.len();
@@ -192,7 +197,12 @@ impl RawLoaded {
         let mut outputs: Vec<Vec<*mut ffi::PJRT_Buffer>> = vec![vec![ptr::null_mut(); num_outputs]; n];
         let output_lists: Vec<*mut *mut ffi::PJRT_Buffer> = outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
         let mut events: Vec<*mut ffi::PJRT_Event> = vec![ptr::null_mut(); n];
+        // Every argument not given up is marked non-donatable: a program with aliased
+        // arguments then copies them instead of taking over a buffer its caller still holds.
+        let keep: Vec<i64> = (0..num_args).filter(|&i| !donated.get(i).copied().unwrap_or(false)).map(|i| i as i64).collect();
         let mut options = Padded::<ffi::PJRT_ExecuteOptions>::new();
+        options.non_donatable_input_indices = keep.as_ptr();
+        options.num_non_donatable_input_indices = keep.len();
 
         let mut a = Padded::<ffi::PJRT_LoadedExecutable_Execute_Args>::new();
         a.executable = self.ptr.as_ptr();
