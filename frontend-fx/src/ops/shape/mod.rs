@@ -91,6 +91,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("unbind.int", unbind),
     ("unbind_copy.int", unbind),
     ("cat.default", cat),
+    ("diff.default", diff),
     ("concat.default", cat),
     ("concatenate.default", cat),
     ("stack.default", stack),

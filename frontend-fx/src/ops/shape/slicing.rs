@@ -292,6 +292,41 @@ pub(super) fn cat(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cat_v(cx, &xs, dim)?)
 }
 
+/// `diff(self, n=1, dim=-1, prepend=None, append=None)`: `prepend`, `self` and `append` joined
+/// along `dim`, then `n` times the difference of neighbours, `x[1:] - x[:-1]` (for booleans
+/// `x[1:] != x[:-1]`, torch's logical xor). A size along `dim` below `n` gives an empty
+/// result, as in torch. Static sizes along `dim`.
+pub(super) fn diff(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    let n = cx.int_or("n", 1)?;
+    if n < 0 {
+        return err(format!("diff expects n >= 0, got {n}"));
+    }
+    let rank = cx.rank(x);
+    if rank == 0 {
+        return err("diff expects a tensor of rank 1 or more");
+    }
+    let d = norm_dim(cx.int_or("dim", -1)?, rank)?;
+    let mut parts = Vec::new();
+    parts.extend(cx.opt_t("prepend")?);
+    parts.push(x);
+    parts.extend(cx.opt_t("append")?);
+    let mut y = if parts.len() > 1 { cat_v(cx, &parts, d as i64)? } else { x };
+    for _ in 0..n {
+        let len = match cx.dims(y)[d] {
+            Dim::Static(len) => len,
+            _ => return err("diff along a symbolic dim is not supported; export with a static size there"),
+        };
+        if len == 0 {
+            break;
+        }
+        let hi = slice_static(cx, y, d, 1, len, 1)?;
+        let lo = slice_static(cx, y, d, 0, len - 1, 1)?;
+        y = if cx.dtype(y) == DType::Bool { cx.cmp(Direction::Ne, hi, lo)? } else { cx.bin(O::Sub, hi, lo)? };
+    }
+    one(y)
+}
+
 pub(super) fn stack(cx: &mut Ctx) -> R<Vec<Val>> {
     let xs = cx.tensors("tensors")?;
     let Some(&first) = xs.first() else { return err("stack of an empty list") };
