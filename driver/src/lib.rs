@@ -21,13 +21,14 @@ pub mod options;
 pub mod session;
 pub mod signature;
 pub mod spmd;
+pub mod step_export;
 pub mod tensor;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-pub use tpuc_frontend_fx::{ImportError, Imported};
+pub use tpuc_frontend_fx::{ImportError, Imported, SEED_INPUT};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
 use tpuc_passes::{PassError, PassManager, PassTiming};
@@ -66,6 +67,9 @@ pub struct LowerOptions {
     /// Matmul / convolution precision; `None` = the target's default (TPU `default`, CPU
     /// `highest`).
     pub precision: Option<Precision>,
+    /// Convolution precision; `None` = `precision` if set, else the target's default for
+    /// convolutions (GPU: `default`, TF32, as torch's cuDNN convolutions).
+    pub conv_precision: Option<Precision>,
     /// Matmuls and convolutions in bf16 with f32 accumulation.
     pub bf16: bool,
     /// Drop round trips through narrower float types.
@@ -87,6 +91,9 @@ pub struct LowerOptions {
     pub ranks: Option<Ranks>,
     /// Specialize to this bucket first (the `specialize` pass): a padded size per symbol.
     pub bucket: Option<dynamic::Sizes>,
+    /// Alias every state update of `main` to the argument it updates (`tf.aliasing_output`),
+    /// so that a runner that donates the state updates it in place (training steps).
+    pub donate_state: bool,
 }
 
 impl LowerOptions {
@@ -95,6 +102,7 @@ impl LowerOptions {
         tpuc_passes::PipelineOptions {
             target: self.target,
             precision: self.precision,
+            conv_precision: self.conv_precision,
             bf16: self.bf16,
             allow_excess_precision: self.allow_excess_precision,
             no_fusion: self.no_fusion,
@@ -123,7 +131,8 @@ impl LowerOptions {
         use tpuc_ir::AttrEnum;
         let onoff = |b: bool| if b { "on" } else { "off" }.to_string();
         Some(match name {
-            "precision" => self.precision.unwrap_or_else(|| tpuc_passes::default_precision(self.target)).name().to_string(),
+            "precision" => self.pipeline_options().precision().name().to_string(),
+            "conv_precision" => self.pipeline_options().conv_precision().name().to_string(),
             "bf16" => onoff(self.bf16),
             "allow_excess_precision" => onoff(self.allow_excess_precision),
             "fusion" => onoff(!self.no_fusion),
@@ -199,6 +208,8 @@ pub struct Lowered {
     pub sharding: Option<MeshSharding>,
     /// The ranks of a per-rank program (part of its key).
     pub ranks: Option<Ranks>,
+    /// Whether state updates were emitted aliased to their arguments (part of its key).
+    pub donate_state: bool,
     /// The source graph's fingerprint (a digest of the program JSON), when it came from one.
     pub graph: Option<tpuc_cache::Digest>,
     /// [`LowerOptions::lowering_summary`] of the options it was lowered with.
@@ -220,18 +231,22 @@ impl Lowered {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
             // The pass manager verified the module at the end of the pipeline.
-            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(&self.module, &key_emit_options(&self.ranks))?)),
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(
+                &self.module,
+                &key_emit_options(&self.ranks, self.donate_state),
+            )?)),
         }
     }
 }
 
-/// The emitter options of cache keys: no locations, `module @main`, the program's ranks (its
-/// sharding is in the module).
-fn key_emit_options(ranks: &Option<Ranks>) -> EmitOptions {
+/// The emitter options of cache keys: no locations, `module @main`, the program's ranks and
+/// state aliasing (its sharding is in the module).
+fn key_emit_options(ranks: &Option<Ranks>, donate_state: bool) -> EmitOptions {
     EmitOptions {
         module_name: "main".to_string(),
         debug_locations: false,
         ranks: ranks.clone(),
+        donate_state,
         ..Default::default()
     }
 }
@@ -350,6 +365,7 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),
         debug_locations: options.debug_locations,
         ranks: options.ranks.clone(),
+        donate_state: options.donate_state,
         ..Default::default()
     };
     let stablehlo = match emit {
@@ -362,9 +378,10 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             Some(text)
         }
     };
-    let stablehlo_is_key = opts == key_emit_options(&opts.ranks);
+    let stablehlo_is_key = opts == key_emit_options(&opts.ranks, opts.donate_state);
     let lowering = options.lowering_summary();
-    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding, ranks: opts.ranks, graph, lowering })
+    let donate_state = opts.donate_state;
+    Ok(Lowered { module, weights, stablehlo, timings, notes, stablehlo_is_key, sharding, ranks: opts.ranks, donate_state, graph, lowering })
 }
 
 /// Import then lower, timing the import too.

@@ -41,14 +41,15 @@ const fn lowers(o: OptionSpec) -> OptionSpec {
 
 /// Every option, in the order the docs list them.
 pub const OPTIONS: &[OptionSpec] = &[
-    opt("target", "TPUC_TARGET", Some("--target"), "`cpu`", "`tpu` compiles for `topology` without a device; on a host without one the graph then runs eagerly (the executable lands in the cache and `dump_dir`)"),
+    opt("target", "TPUC_TARGET", Some("--target"), "`cpu`", "`gpu`: the CUDA PJRT plugin (`jax-cuda13-pjrt` or `jax-cuda12-pjrt`); `tpu`: libtpu, on the chips where the host has them, else compiled for `topology` without a device (the graph then runs eagerly; the executable lands in the cache and `dump_dir`)"),
     opt("topology", "TPUC_TOPOLOGY", Some("--topology"), "", "e.g. `v5e:2x2`"),
-    opt("plugin", "TPUC_PLUGIN", Some("--plugin"), "found", "the PJRT plugin file (else `TPUC_PJRT_CPU_PLUGIN` / `TPUC_PJRT_TPU_PLUGIN`, else the installed package)"),
+    opt("plugin", "TPUC_PLUGIN", Some("--plugin"), "found", "the PJRT plugin file (else `TPUC_PJRT_CPU_PLUGIN` / `TPUC_PJRT_TPU_PLUGIN` / `TPUC_PJRT_GPU_PLUGIN`, else the installed package)"),
     flag("strict", "TPUC_STRICT", None, false, "raise `TpucUnsupportedError` instead of running unsupported ops eagerly (the CLI always refuses them)"),
     opt("dump_dir", "TPUC_DUMP_DIR", Some("--dump-dir"), "", "per graph: FX code, graph JSON, IR after every pass, final IR, StableHLO, compile summary"),
     flag("debug", "TPUC_DEBUG", None, false, "log each compile (times, `cache=miss/memory/disk/shm/remote`) to stderr"),
     flag("verify_each", "TPUC_VERIFY_EACH", Some("--verify-each"), false, "verify the IR after every pass"),
     lowers(opt("precision", "TPUC_PRECISION", Some("--precision"), "from torch", "matmul / convolution precision `default`, `high` or `highest`; unset, `torch.get_float32_matmul_precision()` decides (`highest` → highest, `high` → high, `medium` → default), except on the TPU target, where torch's untouched `highest` (which cannot be told from a choice) means TPU's `default`, one bf16 pass, as TorchTPU does: set `precision` (or torch's `high`) for more")),
+    lowers(opt("conv_precision", "TPUC_CONV_PRECISION", Some("--conv-precision"), "from torch", "convolution precision; unset: `precision` when set, else on the GPU target torch's `torch.backends.cudnn.allow_tf32` (true, torch's default → `default`, TF32) and elsewhere as matmuls")),
     lowers(flag("bf16", "TPUC_BF16", Some("--bf16"), false, "matmuls and convolutions in bf16 with f32 accumulation")),
     lowers(flag("allow_excess_precision", "TPUC_ALLOW_EXCESS_PRECISION", Some("--allow-excess-precision"), false, "drop round trips through narrower float types")),
     lowers(flag("fusion", "TPUC_FUSION", Some("--no-fusion"), true, "composites for attention, norms, GELU, RoPE, SwiGLU; off: plain StableHLO ops")),
@@ -57,6 +58,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     opt("shard_policy", "TPUC_SHARD_POLICY", Some("--shard-policy"), "", "with `mesh`: `dp`, `fsdp` or `tp`"),
     OptionSpec { name: "shard", env: None, flag: Some("--shard"), default: "", boolean: false, help: "with `mesh`: `{argument name: \"x,_\"}`, names as `dump_dir`'s IR shows them", lowers: false },
     flag("overlap", "TPUC_OVERLAP", None, true, "in a `torch.distributed` job: issue each collective as soon as its input exists, wait for it as late as possible; off: wait at once (to measure what overlap saves)"),
+    flag("host_aliasing", "TPUC_HOST_ALIASING", Some("--no-host-aliasing"), true, "on the CPU plugin, read arguments and hand results over in host memory in place; off: copy every array across as an accelerator does (`tpuc.stats()`'s `h2d_bytes` / `d2h_bytes` count them)"),
     opt("buckets", "TPUC_BUCKETS", Some("--buckets"), "`auto`", "symbolic sizes: `auto`, `linear:K`, a list `128,256,512`, or `off` (one compile per shape)"),
 ];
 

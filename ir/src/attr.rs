@@ -189,6 +189,11 @@ impl TensorData {
     }
 
     /// One value repeated over a static type.
+    /// [`TensorData::new`] over bytes owned as a vector.
+    pub fn from_vec(ty: TensorType, bytes: Vec<u8>) -> Result<Self, TensorDataError> {
+        Self::new(ty, Bytes::from(bytes))
+    }
+
     pub fn splat(ty: TensorType, value: Scalar) -> Result<Self, TensorDataError> {
         if !ty.is_static() {
             return Err(TensorDataError::NotStatic(Box::new(ty)));

@@ -320,6 +320,7 @@ impl<'m> Emitter<'m> {
         });
         write_symbol(&mut self.out, if is_main { "main" } else { &f.name });
         self.out.push('(');
+        let aliases = if is_main && self.opts.donate_state { m.state_aliases() } else { Vec::new() };
         for (i, &a) in m.blocks[entry].args().iter().enumerate() {
             if i > 0 {
                 self.out.push_str(", ");
@@ -337,6 +338,9 @@ impl<'m> Emitter<'m> {
                 write_str_lit(&mut self.out, &info.name);
                 if is_main {
                     self.sdy_sharding(&format!("`{}`", info.name), self.arg_dims(i), t.rank())?;
+                }
+                if let Some(&(_, result)) = aliases.iter().find(|&&(arg, _)| arg == i) {
+                    let _ = write!(self.out, ", tf.aliasing_output = {result} : i32");
                 }
                 self.out.push('}');
             } else if is_main && self.m.mesh.is_some() {

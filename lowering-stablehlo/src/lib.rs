@@ -65,6 +65,9 @@ pub struct EmitOptions {
     pub erf: ErfLowering,
     /// The ranks of a per-rank program (one replica each), for its collectives.
     pub ranks: Option<Ranks>,
+    /// Mark every state update of `main` ([`tpuc_ir::Module::state_aliases`]) with
+    /// `tf.aliasing_output`, so that a runtime can donate the old state to the new.
+    pub donate_state: bool,
 }
 
 /// The ranks a per-rank program runs on and its process groups.
@@ -84,6 +87,7 @@ impl Default for EmitOptions {
             debug_locations: false,
             erf: ErfLowering::Polynomial,
             ranks: None,
+            donate_state: false,
         }
     }
 }

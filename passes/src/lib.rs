@@ -47,7 +47,17 @@ pub use tpuc_platform::Target;
 pub fn default_precision(target: Target) -> Precision {
     match target {
         Target::Tpu => Precision::Default,
-        Target::Cpu => Precision::Highest,
+        Target::Cpu | Target::Gpu => Precision::Highest,
+    }
+}
+
+/// The convolution precision of `target` when nothing is asked: the matmul default, but on GPU
+/// `default` (TF32 on NVIDIA GPUs since Ampere), as torch convolves by default
+/// (`torch.backends.cudnn.allow_tf32` is true) while its matmuls are `highest`.
+pub fn default_conv_precision(target: Target) -> Precision {
+    match target {
+        Target::Gpu => Precision::Default,
+        t => default_precision(t),
     }
 }
 
@@ -57,6 +67,9 @@ pub struct PipelineOptions {
     pub target: Target,
     /// Matmul / convolution precision; `None` = the target's default.
     pub precision: Option<Precision>,
+    /// Convolution precision; `None` = `precision` if set, else the target's default for
+    /// convolutions ([`default_conv_precision`]).
+    pub conv_precision: Option<Precision>,
     /// Matmuls and convolutions in bf16 with f32 accumulation.
     pub bf16: bool,
     /// Drop round trips through narrower float types (`f32 → bf16 → f32`).
@@ -71,6 +84,11 @@ impl PipelineOptions {
     /// The precision policy in effect.
     pub fn precision(&self) -> Precision {
         self.precision.unwrap_or_else(|| default_precision(self.target))
+    }
+
+    /// The convolution precision in effect.
+    pub fn conv_precision(&self) -> Precision {
+        self.conv_precision.or(self.precision).unwrap_or_else(|| default_conv_precision(self.target))
     }
 }
 
@@ -151,7 +169,7 @@ impl PassId {
             PassId::WeightsLhs => Box::new(weights_lhs::WeightsLhs),
             PassId::Fuse => Box::new(fuse::Fuse),
             PassId::Narrow64 => Box::new(narrow_64bit::Narrow64::default()),
-            PassId::Precision => Box::new(precision::SetPrecision { precision: options.precision() }),
+            PassId::Precision => Box::new(precision::SetPrecision { precision: options.precision(), conv: options.conv_precision() }),
             PassId::Bf16 => Box::new(bf16::Bf16Matmuls),
             PassId::ExcessPrecision => Box::new(excess_precision::ExcessPrecision),
         }

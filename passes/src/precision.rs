@@ -1,10 +1,13 @@
 //! `precision`: the matmul / convolution precision policy.
 //!
 //! Needs: a verified module.
-//! Guarantees: every `dot_general`, `convolution` and `attention` (in every block, composite
-//! bodies included) on floating-point operands carries `precision` = the policy
+//! Guarantees: every `dot_general` and `attention` (in every block, composite bodies included)
+//! on floating-point operands carries `precision` = the policy
 //! ([`crate::PipelineOptions::precision`]: the user's `--precision`, else `default` on TPU and
-//! `highest` on CPU), or its own `precision_scope` where the source scoped one (a region under
+//! `highest` on CPU and GPU), every `convolution` the convolution policy
+//! ([`crate::PipelineOptions::conv_precision`]: `--conv-precision`, else `--precision`, else
+//! the target's: on GPU `default`, TF32, as torch's cuDNN convolutions are by default), or its
+//! own `precision_scope` where the source scoped one (a region under
 //! `tpuc.precision(...)` in the torch.compile path), which the emitter writes as the StableHLO
 //! precision config. On TPU
 //! `default` is one bf16 pass with f32 accumulation, `high` three, `highest` six; XLA's CPU
@@ -15,7 +18,10 @@ use crate::{Pass, PassError, Precision};
 use tpuc_ir::{AttrEnum, Module};
 
 pub struct SetPrecision {
+    /// Matmuls and attention.
     pub precision: Precision,
+    /// Convolutions.
+    pub conv: Precision,
 }
 
 impl Pass for SetPrecision {
@@ -24,7 +30,6 @@ impl Pass for SetPrecision {
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let want = self.precision;
         let mut changed = false;
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
@@ -33,7 +38,8 @@ impl Pass for SetPrecision {
                     continue;
                 }
                 let dt = m.values[d.operands()[0]].ty.dtype;
-                let want = d.attrs.get_enum::<Precision>("precision_scope").unwrap_or(want);
+                let policy = if d.opcode() == tpuc_ir::Opcode::Convolution { self.conv } else { self.precision };
+                let want = d.attrs.get_enum::<Precision>("precision_scope").unwrap_or(policy);
                 if !(dt.is_float() || dt.is_complex()) || d.attrs.get_enum::<Precision>("precision") == Some(want) {
                     continue;
                 }

@@ -161,6 +161,30 @@ impl HostBuffer {
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
+/// A result that stays on the device until read (`to_host`).
+#[pyclass(module = "tpuc._C")]
+struct DeviceArray {
+    buffer: Option<session::DeviceBuffer>,
+    #[pyo3(get)]
+    dtype: &'static str,
+    #[pyo3(get)]
+    shape: Vec<i64>,
+}
+
+#[pymethods]
+impl DeviceArray {
+    /// The array's bytes on the host (the device buffer is released: read once).
+    fn to_host(&mut self, py: Python<'_>) -> PyResult<HostBuffer> {
+        guard(py, "DeviceArray.to_host", || {
+            let b = self.buffer.take().ok_or_else(|| tpuc_error(py, "tpuc: this DeviceArray was already read".into(), "internal", None, None))?;
+            let mut host = py
+                .detach(|| session::DeviceBuffer::into_host_all(vec![b]))
+                .map_err(|e| exec_error(py, ExecError::from(e), "DeviceArray"))?;
+            Ok(HostBuffer { data: host.pop().expect("one array") })
+        })
+    }
+}
+
 /// A compiled graph with its weights resident on the device.
 #[pyclass(module = "tpuc._C")]
 struct Program {
@@ -187,7 +211,7 @@ fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAn
 impl Program {
     /// Imports, lowers and compiles a torch.export-schema program (JSON bytes).
     #[staticmethod]
-    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, bf16=false, allow_excess_precision=false, fusion=true, mesh=None, shard_policy=None, shard=None, ranks=None, groups=None))]
+    #[pyo3(signature = (program, *, name="graph", target="cpu", topology=None, plugin=None, dump_dir=None, verify_each=false, bucket=None, precision=None, conv_precision=None, bf16=false, allow_excess_precision=false, fusion=true, mesh=None, shard_policy=None, shard=None, ranks=None, groups=None, donate=false))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         py: Python<'_>,
@@ -200,6 +224,7 @@ impl Program {
         verify_each: bool,
         bucket: Option<std::collections::BTreeMap<String, i64>>,
         precision: Option<&str>,
+        conv_precision: Option<&str>,
         bf16: bool,
         allow_excess_precision: bool,
         fusion: bool,
@@ -208,12 +233,17 @@ impl Program {
         shard: Option<std::collections::BTreeMap<String, String>>,
         ranks: Option<i64>,
         groups: Option<std::collections::BTreeMap<String, Vec<Vec<i64>>>>,
+        donate: bool,
     ) -> PyResult<Program> {
         guard(py, "Program.compile", || {
             let target: Target = target.parse().map_err(|e| tpuc_error(py, format!("tpuc: {e}"), "options", None, None))?;
             let precision = match precision {
                 None => None,
                 Some(p) => Some(p.parse().map_err(|e| tpuc_error(py, format!("tpuc: precision: {e}"), "options", None, None))?),
+            };
+            let conv_precision = match conv_precision {
+                None => None,
+                Some(p) => Some(p.parse().map_err(|e| tpuc_error(py, format!("tpuc: conv_precision: {e}"), "options", None, None))?),
             };
             let opt_err = |m: String| tpuc_error(py, format!("tpuc: {m}"), "options", None, None);
             let sharding = match mesh {
@@ -264,9 +294,11 @@ impl Program {
                 name: name.to_string(),
                 bucket,
                 precision,
+                conv_precision,
                 bf16,
                 allow_excess_precision,
                 no_fusion: !fusion,
+                donate,
             };
             let bytes = program.as_bytes().to_vec();
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| session::compile(bytes, &options))));
@@ -441,6 +473,48 @@ impl Program {
         self.inner.adopt_weight(arg, &other.inner, other_arg).map_err(|e| exec_error(py, e, &name))
     }
 
+    /// Moves `other`'s resident value of weight `other_arg` to this program's weight `arg` (the
+    /// state of a training step following the program that runs next); False when `other` has
+    /// none, the types differ or the programs run on different clients.
+    fn take_weight(&mut self, py: Python<'_>, arg: usize, other: &Bound<'_, Program>, other_arg: usize) -> PyResult<bool> {
+        let name = self.inner.name.clone();
+        let mut other = other.try_borrow_mut().map_err(|_| self.bad_input(py, "take_weight: the other program is this one".into()))?;
+        self.inner.take_weight(arg, &mut other.inner, other_arg).map_err(|e| exec_error(py, e, &name))
+    }
+
+    /// A copy of weight `arg`'s resident value (a HostBuffer of its dense bytes).
+    fn read_weight(&self, py: Python<'_>, arg: usize) -> PyResult<HostBuffer> {
+        guard(py, "Program.read_weight", || {
+            let inner = &self.inner;
+            let data = py.detach(|| inner.read_weight(arg)).map_err(|e| exec_error(py, e, &self.inner.name))?;
+            Ok(HostBuffer { data })
+        })
+    }
+
+    /// Runs one step of a program compiled with `donate=True`: the user inputs as `run` takes
+    /// them; every state argument is donated to its update, which stays resident as its next
+    /// value. Returns the other results as DeviceArrays (on the device until read).
+    fn step(&mut self, py: Python<'_>, inputs: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<DeviceArray>> {
+        guard(py, "Program.step", || {
+            let t0 = std::time::Instant::now();
+            let owners = self.consume(py, &inputs)?;
+            let bytes = self.input_bytes(py, &owners)?;
+            let kept: Vec<usize> = (0..self.inner.results.len()).filter(|r| !self.inner.state_updates.iter().any(|&(_, u)| u == *r)).collect();
+            let inner = &mut self.inner;
+            let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.step(&bytes))));
+            drop(owners);
+            let outputs = self.finished(py, result, t0)?;
+            Ok(outputs
+                .into_iter()
+                .zip(kept)
+                .map(|(b, r)| {
+                    let t = &self.inner.results[r];
+                    DeviceArray { buffer: Some(b), dtype: session::torch_dtype_name(t.dtype), shape: t.static_dims().unwrap_or_default() }
+                })
+                .collect())
+        })
+    }
+
     /// Bucketed programs: per symbol, the argument taking its real size.
     #[getter]
     fn size_args(&self) -> Vec<(String, usize)> {
@@ -455,14 +529,7 @@ impl Program {
             let t0 = std::time::Instant::now();
             // The owners live until the end of this function, past the execution below.
             let owners = self.consume(py, &inputs)?;
-            let mut bytes: Vec<&[u8]> = Vec::with_capacity(owners.len());
-            for (k, owner) in owners.iter().enumerate() {
-                let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
-                if let Some(&arg) = self.inner.user_args().get(k) {
-                    self.check_view(py, arg, &view)?;
-                }
-                bytes.push(view.bytes);
-            }
+            let bytes = self.input_bytes(py, &owners)?;
             let inner = &self.inner;
             let result = py.detach(|| catch_unwind(AssertUnwindSafe(|| inner.run(&bytes))));
             drop(owners);
@@ -614,6 +681,19 @@ impl Program {
             .collect()
     }
 
+    /// The bytes of each consumed user input, checked against its argument.
+    fn input_bytes<'o>(&self, py: Python<'_>, owners: &'o [Consumed]) -> PyResult<Vec<&'o [u8]>> {
+        let mut bytes: Vec<&[u8]> = Vec::with_capacity(owners.len());
+        for (k, owner) in owners.iter().enumerate() {
+            let view = owner.host_view().map_err(|m| self.bad_input(py, format!("input {k}: {m}")))?;
+            if let Some(&arg) = self.inner.user_args().get(k) {
+                self.check_view(py, arg, &view)?;
+            }
+            bytes.push(view.bytes);
+        }
+        Ok(bytes)
+    }
+
     /// A run's outcome: its outputs, after counting the call and its times (`t0`: its start).
     fn finished<T>(
         &self,
@@ -746,6 +826,20 @@ fn size_plan(py: Python<'_>, program_json: &[u8]) -> PyResult<Option<Vec<(usize,
     })
 }
 
+/// Host ↔ device traffic of this process so far: (h2d_bytes, d2h_bytes, h2d_arrays,
+/// d2h_arrays). Arrays the CPU plugin reads or hands over in place are not traffic.
+#[pyfunction]
+fn transfer_stats() -> (u64, u64, u64, u64) {
+    let t = session::transfers();
+    (t.h2d_bytes, t.d2h_bytes, t.h2d_arrays, t.d2h_arrays)
+}
+
+/// Allows or forbids using host memory in place (the CPU plugin), process-wide.
+#[pyfunction]
+fn set_host_aliasing(on: bool) {
+    session::set_host_aliasing(on)
+}
+
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
@@ -756,6 +850,9 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Program>()?;
     m.add_class::<HostBuffer>()?;
+    m.add_class::<DeviceArray>()?;
+    m.add_function(wrap_pyfunction!(transfer_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(set_host_aliasing, m)?)?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
     m.add_function(wrap_pyfunction!(option_specs, m)?)?;
     m.add_function(wrap_pyfunction!(size_plan, m)?)?;

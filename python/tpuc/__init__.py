@@ -1,6 +1,8 @@
 """tpuc: PyTorch graphs to StableHLO and XLA executables through PJRT plugins.
 
     model = torch.compile(model, backend="tpuc")            # no `import tpuc` needed
+    step = tpuc.train_step(model, optimizer)                 # forward+backward+update: one program
+    loss = step(x, labels=y); step.sync()                    # state on the device; sync writes it back
     model = torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": "dump"})
     with tpuc.precision("highest"): ...                      # one region's matmul precision
     outs = tpuc.run_ranks(compiled, [args_rank0, args_rank1])  # functional collectives, N devices
@@ -25,6 +27,10 @@ def __getattr__(name):
         from .backend import tpuc_backend
 
         return tpuc_backend
+    if name in ("train_step", "TrainStep", "DeviceLoss"):
+        from . import train
+
+        return getattr(train, name)
     if name == "save":
         from .export import save
 
@@ -53,4 +59,7 @@ __all__ = [
     "tpuc_backend",
     "supported_targets",
     "save",
+    "train_step",
+    "TrainStep",
+    "DeviceLoss",
 ]

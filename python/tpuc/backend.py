@@ -81,26 +81,20 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
     opts = Options.resolve(options)
     _configure_logging(opts)
     opts.apply_cache_env()
+    opts.apply_host_aliasing()
     if kwargs.get("mode") not in (None, "default"):
         log.debug("mode=%r is ignored by tpuc", kwargs["mode"])
     STATS["dynamo_graphs"] += 1
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from .decompositions import extra_decompositions, inline_custom_ops
+    from .decompositions import inline_custom_ops
 
     if not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)):
         inline_custom_ops(gm)
     gid = next(_graph_ids)
     state = _Backend(opts, f"g{gid}")
-    # The CPU flash-attention op's core decomposition returns the attention weights where the
-    # logsumexp belongs (torch 2.15): [B, H, L, S] instead of [B, H, L], and with them the
-    # backward's q/k/v gradients are wrong. tpuc lowers the op itself, so it is kept whole.
-    decompositions = core_aten_decompositions()
-    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-    # Inference fast paths of nn.TransformerEncoderLayer / nn.MultiheadAttention (fused ops).
-    decompositions.update(extra_decompositions())
+    decompositions = _decompositions()
     aot = aot_autograd(
         fw_compiler=lambda g, ex: state.compile(g, ex, "forward"),
         bw_compiler=lambda g, ex: state.compile(g, ex, "backward"),
@@ -115,6 +109,22 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, An
     log.debug("%s: Dynamo graph of %d nodes through aot_autograd and tpuc in %.1f ms", state.name,
               len(gm.graph.nodes), (time.perf_counter() - start) * 1e3)
     return compiled
+
+
+def _decompositions() -> dict:
+    """The decompositions graphs are traced with: core ATen, but for the ops tpuc keeps whole."""
+    from torch._decomp import core_aten_decompositions
+
+    from .decompositions import extra_decompositions
+
+    # The CPU flash-attention op's core decomposition returns the attention weights where the
+    # logsumexp belongs (torch 2.15): [B, H, L, S] instead of [B, H, L], and with them the
+    # backward's q/k/v gradients are wrong. tpuc lowers the op itself, so it is kept whole.
+    decompositions = core_aten_decompositions()
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    # Inference fast paths of nn.TransformerEncoderLayer / nn.MultiheadAttention (fused ops).
+    decompositions.update(extra_decompositions())
+    return decompositions
 
 
 class SavedLayout:

@@ -138,7 +138,7 @@ class CompiledGraph:
         self.program = _C.Program.compile(
             program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
             dump_dir=opts.dump_dir, verify_each=opts.verify_each, bucket=bucket,
-            precision=opts.matmul_precision(), bf16=opts.bf16, allow_excess_precision=opts.allow_excess_precision,
+            precision=opts.matmul_precision(), conv_precision=opts.conv_precision_value(), bf16=opts.bf16, allow_excess_precision=opts.allow_excess_precision,
             fusion=opts.fusion, mesh=opts.mesh, shard_policy=opts.shard_policy, shard=dict(opts.shard) or None,
             ranks=ranks, groups=groups,
         )

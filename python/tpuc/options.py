@@ -50,10 +50,12 @@ class Options:
     buckets: str = "auto"
     no_recompile: bool = False
     precision: str | None = None
+    conv_precision: str | None = None
     bf16: bool = False
     allow_excess_precision: bool = False
     fusion: bool = True
     overlap: bool = True
+    host_aliasing: bool = True
     mesh: str | None = None
     shard_policy: str | None = None
     shard: tuple[tuple[str, str], ...] = ()
@@ -84,8 +86,8 @@ class Options:
                 values[name] = _as_bool(name, values[name])
         if "target" in values:
             t = str(values["target"]).lower()
-            if t not in ("cpu", "tpu"):
-                raise ValueError(f"tpuc: option target={values['target']!r}: expected 'cpu' or 'tpu'")
+            if t not in ("cpu", "tpu", "gpu"):
+                raise ValueError(f"tpuc: option target={values['target']!r}: expected 'cpu', 'gpu' or 'tpu'")
             values["target"] = t
         if "buckets" in values:
             b = values["buckets"]
@@ -97,12 +99,13 @@ class Options:
                     _C.select_bucket(values["buckets"], 1, 1)
                 except Exception as e:
                     raise ValueError(f"tpuc: option buckets={b!r}: {e}") from None
-        if "precision" in values:
-            p = values["precision"]
-            p = None if p in ("", None) else str(p).strip().lower()
-            if p not in (None, "default", "high", "highest"):
-                raise ValueError(f"tpuc: option precision={values['precision']!r}: expected 'default', 'high' or 'highest'")
-            values["precision"] = p
+        for name in ("precision", "conv_precision"):
+            if name in values:
+                p = values[name]
+                p = None if p in ("", None) else str(p).strip().lower()
+                if p not in (None, "default", "high", "highest"):
+                    raise ValueError(f"tpuc: option {name}={values[name]!r}: expected 'default', 'high' or 'highest'")
+                values[name] = p
         if "shard" in values:
             sh = values["shard"]
             if not isinstance(sh, dict):
@@ -122,9 +125,25 @@ class Options:
             raise ValueError("tpuc: target='tpu' needs a topology (e.g. options={'topology': 'v5e:2x2'} or TPUC_TOPOLOGY)")
         if (opts.shard or opts.shard_policy) and not opts.mesh:
             raise ValueError("tpuc: options shard and shard_policy need a mesh (e.g. options={'mesh': 'x=2,y=2'})")
-        if opts.target == "cpu" and opts.topology:
+        if opts.target != "tpu" and opts.topology:
             raise ValueError("tpuc: topology applies to target='tpu' only")
         return opts
+
+    def conv_precision_value(self) -> str | None:
+        """The convolution precision to compile with: the `conv_precision` option; else, on the
+        GPU target, torch's `torch.backends.cudnn.allow_tf32` (True, its default: `default`,
+        TF32) unless `precision` was set; else None (convolutions follow `precision`)."""
+        if self.conv_precision is not None:
+            return self.conv_precision
+        if self.target == "gpu" and self.precision is None:
+            import torch
+
+            return "default" if torch.backends.cudnn.allow_tf32 else "highest"
+        return None
+
+    def apply_host_aliasing(self) -> None:
+        """Sets the process-wide host aliasing of the runtime (see the `host_aliasing` option)."""
+        _C.set_host_aliasing(self.host_aliasing)
 
     def matmul_precision(self) -> str | None:
         """The precision to compile with: the `precision` option, else torch's global
@@ -170,8 +189,9 @@ def _as_bool(name: str, v: Any) -> bool:
 
 
 _PLUGIN_FILES = {
-    "cpu": ("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
-    "tpu": ("libtpu", "libtpu.so"),
+    "cpu": [("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so")],
+    "tpu": [("libtpu", "libtpu.so")],
+    "gpu": [("jax_plugins.xla_cuda13", "xla_cuda_plugin.so"), ("jax_plugins.xla_cuda12", "xla_cuda_plugin.so")],
 }
 _plugin_cache: dict[str, str | None] = {}
 
@@ -180,14 +200,19 @@ def _installed_plugin(target: str) -> str | None:
     if target not in _plugin_cache:
         import importlib.util
 
-        package, file = _PLUGIN_FILES[target]
         found = None
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.submodule_search_locations:
-            for d in spec.submodule_search_locations:
-                path = os.path.join(d, file)
-                if os.path.isfile(path):
-                    found = path
-                    break
+        for package, file in _PLUGIN_FILES[target]:
+            try:
+                spec = importlib.util.find_spec(package)
+            except ImportError:
+                spec = None
+            if spec is not None and spec.submodule_search_locations:
+                for d in spec.submodule_search_locations:
+                    path = os.path.join(d, file)
+                    if os.path.isfile(path):
+                        found = path
+                        break
+            if found:
+                break
         _plugin_cache[target] = found
     return _plugin_cache[target]

@@ -37,6 +37,12 @@ _KIND = {
     "tensor_constant": InputKind.CONSTANT_TENSOR,
 }
 
+_OUT_KIND = {
+    "user_output": OutputKind.USER_OUTPUT,
+    "buffer_mutation": OutputKind.BUFFER_MUTATION,
+    "parameter_mutation": OutputKind.PARAMETER_MUTATION,
+}
+
 _KEEP_META = ("val", "stack_trace", "custom")
 
 
@@ -51,10 +57,13 @@ def target_name(target) -> str:
     return f"{module}.{getattr(target, '__name__', str(target))}"
 
 
-def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_targets: list[str] | None = None) -> bytes:
+def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_targets: list[str] | None = None,
+                  output_kinds: list[str] | None = None, output_targets: list[str | None] | None = None) -> bytes:
     """Serializes `gm`. `input_kinds[i]` is the kind of placeholder i (`user_input`, `parameter`,
     `buffer`, `tensor_constant`); `input_targets[i]` names a weight (default: the placeholder).
-    Every node needs `meta["val"]` (aot_autograd and make_fx graphs have it)."""
+    `output_kinds[k]` is output k's kind (`user_output`, default; `buffer_mutation` or
+    `parameter_mutation` of the weight `output_targets[k]` names). Every node needs
+    `meta["val"]` (aot_autograd and make_fx graphs have it)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(input_kinds) != len(placeholders):
         raise ValueError(f"{len(input_kinds)} input kinds for {len(placeholders)} placeholders")
@@ -85,13 +94,15 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
     output_specs = []
     out = gm.graph.output_node().args[0]
     outs = out if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
+    for k, o in enumerate(outs):
         if isinstance(o, torch.fx.Node):
             v = o.meta.get("val")
             arg = SymIntArgument(name=o.name) if isinstance(v, torch.SymInt) else TensorArgument(name=o.name)
         else:
             arg = ConstantArgument(name="", value=o)
-        output_specs.append(OutputSpec(kind=OutputKind.USER_OUTPUT, arg=arg, target=None))
+        kind = _OUT_KIND[output_kinds[k]] if output_kinds else OutputKind.USER_OUTPUT
+        target = output_targets[k] if output_targets and kind != OutputKind.USER_OUTPUT else None
+        output_specs.append(OutputSpec(kind=kind, arg=arg, target=target))
     signature = ExportGraphSignature(input_specs=input_specs, output_specs=output_specs)
 
     saved = {}

@@ -20,8 +20,16 @@ def stats() -> dict[str, int]:
     `weight_shares` (weights another program had resident), `weight_copies` (weights a plugin
     could not read in place, copied for one call), `fallback_graphs`, `eager_ops`; in a
     torch.distributed job `job_regions` (programs compiled between collectives) and
-    `collective_blocked_ns` (host time spent issuing and waiting for collectives)."""
-    return dict(STATS)
+    `collective_blocked_ns` (host time spent issuing and waiting for collectives); `train_steps`
+    (`tpuc.train_step` calls); and the process's host <-> device traffic: `h2d_bytes`,
+    `d2h_bytes`, `h2d_arrays`, `d2h_arrays` (every array copied across; arrays the CPU plugin
+    reads or hands over in place are not traffic, unless the `host_aliasing` option is off).
+    The traffic counts are never reset: take differences."""
+    from . import _C
+
+    out = dict(STATS)
+    out["h2d_bytes"], out["d2h_bytes"], out["h2d_arrays"], out["d2h_arrays"] = _C.transfer_stats()
+    return out
 
 
 def reset_stats() -> None:

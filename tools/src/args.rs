@@ -23,7 +23,8 @@ pub fn precision_parser() -> impl TypedValueParser<Value = Precision> {
 pub fn target_parser() -> impl TypedValueParser<Value = Target> {
     PossibleValuesParser::new([
         PossibleValue::new(Target::Cpu.name()).help("The XLA CPU plugin (the default)"),
-        PossibleValue::new(Target::Tpu.name()).help("libtpu: compiles for a TPU topology (--topology), with or without a TPU"),
+        PossibleValue::new(Target::Tpu.name()).help("libtpu: runs on the host's TPU chips; without chips, compiles for a TPU topology (--topology)"),
+        PossibleValue::new(Target::Gpu.name()).help("An NVIDIA GPU through the CUDA PJRT plugin (pip install jax-cuda13-pjrt)"),
     ])
     .map(|s| s.parse::<Target>().expect("a listed target"))
 }
@@ -31,9 +32,13 @@ pub fn target_parser() -> impl TypedValueParser<Value = Target> {
 /// Flags that choose and configure the pass pipeline (lower, opt, compile, run).
 #[derive(Args, Clone)]
 pub struct PipelineArgs {
-    /// Matmul and convolution precision [default: tpu `default`, cpu `highest`].
+    /// Matmul and convolution precision [default: tpu `default`, cpu and gpu `highest`].
     #[arg(long, value_parser = precision_parser())]
     precision: Option<Precision>,
+    /// Convolution precision [default: --precision if given, else gpu `default` (TF32, as
+    /// torch's cuDNN convolutions), else as matmuls].
+    #[arg(long, value_parser = precision_parser())]
+    conv_precision: Option<Precision>,
     /// Matmuls and convolutions in bf16 with f32 accumulation; norms, softmax and reductions
     /// stay f32.
     #[arg(long)]
@@ -44,6 +49,11 @@ pub struct PipelineArgs {
     /// The default pipeline without fusion into stablehlo.composite ops.
     #[arg(long)]
     no_fusion: bool,
+    /// Alias every state update (a result that is the new value of a parameter or buffer) to
+    /// the argument it updates (`tf.aliasing_output`), so that a runtime that donates the
+    /// state updates it in place (exported training steps are run so).
+    #[arg(long)]
+    donate_state: bool,
     /// Run exactly these passes, comma-separated and in order (e.g.
     /// canonicalize,fuse,precision), instead of the target's default pipeline; an empty list
     /// runs none.
@@ -165,9 +175,11 @@ impl PipelineArgs {
             inline_weights,
             target,
             precision: self.precision,
+            conv_precision: self.conv_precision,
             bf16: self.bf16,
             allow_excess_precision: self.allow_excess_precision,
             no_fusion: self.no_fusion,
+            donate_state: self.donate_state,
             passes: self.passes.clone().map(|v| v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
             ..Default::default()
         })
@@ -187,9 +199,13 @@ pub struct TargetArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub partitions: i64,
     /// PJRT plugin library to use instead of the discovered one (also: TPUC_PJRT_PLUGIN,
-    /// TPUC_PJRT_CPU_PLUGIN, TPUC_PJRT_TPU_PLUGIN).
+    /// TPUC_PJRT_CPU_PLUGIN, TPUC_PJRT_TPU_PLUGIN, TPUC_PJRT_GPU_PLUGIN).
     #[arg(long, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// Copy every array between host and device, as an accelerator does, even where the
+    /// plugin could use host memory in place (the CPU plugin); also TPUC_HOST_ALIASING=0.
+    #[arg(long)]
+    no_host_aliasing: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -240,6 +256,14 @@ impl CacheArgs {
 }
 
 impl TargetArgs {
+    /// Applies the process-wide runtime settings of these flags (host aliasing).
+    pub fn apply(&self) {
+        let env_off = std::env::var("TPUC_HOST_ALIASING").is_ok_and(|v| matches!(v.trim(), "0" | "false" | "off" | "no"));
+        if self.no_host_aliasing || env_off {
+            tpuc_driver::session::set_host_aliasing(false);
+        }
+    }
+
     /// The request for a lowered program: one partition per mesh device, or one replica per
     /// rank.
     pub fn request_for(&self, lowered: &tpuc_driver::Lowered) -> Result<tpuc_driver::exec::CompileRequest, Failure> {

@@ -208,10 +208,10 @@ fn miss_explanations_name_a_lowering_option() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("lowering options: precision=highest bf16=off allow_excess_precision=off fusion=on → precision=high bf16=off"), "{text}");
+    assert!(text.contains("lowering options: precision=highest conv_precision=highest bf16=off allow_excess_precision=off fusion=on → precision=high conv_precision=high bf16=off"), "{text}");
     let v = compile_json(&root.0, &["--bf16"]);
     assert_eq!(v["cache"], "miss");
-    assert!(v["cache_note"].as_str().unwrap().contains("bf16=off allow_excess_precision=off fusion=on → precision=highest bf16=on"), "{v}");
+    assert!(v["cache_note"].as_str().unwrap().contains("bf16=off allow_excess_precision=off fusion=on → precision=highest conv_precision=highest bf16=on"), "{v}");
 }
 
 /// `tpuc plugins` run where no plugin can be found (the binary copied away from the project's

@@ -14,8 +14,9 @@ pub(super) fn plugin_for(req: &CompileRequest) -> Result<rt::Plugin, ExecError> 
     Ok(rt::Plugin::load(&path)?)
 }
 
-/// Compiles StableHLO text without the cache. CPU compiles with a client (and keeps the
-/// loaded executable); TPU compiles for the named topology without a device.
+/// Compiles StableHLO text without the cache. CPU and GPU compile with a client (and keep the
+/// loaded executable), TPU on its chips where the host has them, else for the named topology
+/// without a device.
 pub fn compile_stablehlo(stablehlo: &str, req: &CompileRequest) -> Result<Compiled, ExecError> {
     let plugin = plugin_for(req)?;
     let target = prepare(&plugin, req)?;
@@ -28,7 +29,8 @@ pub fn compile_stablehlo(stablehlo: &str, req: &CompileRequest) -> Result<Compil
     Ok(Compiled { summary, serialized, loaded })
 }
 
-/// What compiles: a client (CPU) or a topology (TPU), with the platform's name.
+/// What compiles: a client (CPU, GPU, TPU chips) or a topology (TPU without chips), with the
+/// platform's name.
 pub(super) enum CompileTarget {
     Client(rt::Client, String),
     Topology(rt::Topology, String),
@@ -58,9 +60,25 @@ pub(super) fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<Compi
             let platform = client.platform_name()?;
             Ok(CompileTarget::Client(client, platform))
         }
+        Target::Gpu => {
+            if req.topology.is_some() {
+                return Err(ExecError::BadInput("--topology applies to --target tpu only".into()));
+            }
+            let client = super::clients::device_client(plugin, Target::Gpu)?;
+            check_device_count(&client, req)?;
+            let platform = client.platform_name()?;
+            Ok(CompileTarget::Client(client, platform))
+        }
+        // A TPU VM: compile on its chips and run there (a topology, if named, is the chips').
+        Target::Tpu if rt::tpu_chips_in(std::path::Path::new("/dev")) => {
+            let client = super::clients::device_client(plugin, Target::Tpu)?;
+            check_device_count(&client, req)?;
+            let platform = client.platform_name()?;
+            Ok(CompileTarget::Client(client, platform))
+        }
         Target::Tpu => {
             let name = req.topology.as_deref().ok_or_else(|| {
-                ExecError::BadInput("--target tpu needs --topology (e.g. v5e:2x2, v6e:2x2, v5p:2x2x1)".into())
+                ExecError::BadInput("--target tpu needs --topology (e.g. v5e:2x2, v6e:2x2, v5p:2x2x1) on a host without TPU chips".into())
             })?;
             let topology = plugin.create_topology(name, &rt::tpu_topology_options())?;
             let wanted = req.devices();
@@ -77,6 +95,21 @@ pub(super) fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<Compi
             Ok(CompileTarget::Topology(topology, platform))
         }
     }
+}
+
+/// Fails when the program needs more devices than the client has.
+fn check_device_count(client: &rt::Client, req: &CompileRequest) -> Result<(), ExecError> {
+    let have = client.devices()?.len() as i64;
+    if req.devices() > have {
+        return Err(ExecError::BadInput(format!(
+            "the program needs {} devices (partitions {} x ranks {}); this host's {} plugin has {have}",
+            req.devices(),
+            req.partitions.max(1),
+            req.replicas.max(1),
+            req.target
+        )));
+    }
+    Ok(())
 }
 
 pub(super) fn compile_options(req: &CompileRequest) -> rt::CompileOptions {

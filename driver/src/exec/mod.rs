@@ -2,6 +2,7 @@
 //! `tpuc compile`, `tpuc run` and `tpuc plugins` do.
 
 mod cache;
+mod clients;
 mod compile;
 mod plugins;
 mod runner;
@@ -17,7 +18,7 @@ pub use rt::Target;
 pub use cache::{compile_cached, key_components, Provenance};
 pub use compile::{clean_cost, compile_stablehlo};
 pub use plugins::{describe_plugins, plugin_package, plugin_report};
-pub(crate) use runner::{arg_specs, argument_list, check_inputs, loaded_of, result_types, weight_of, ArgSpec};
+pub(crate) use runner::{arg_specs, argument_list, check_inputs, execute_step, loaded_of, result_types, weight_of, ArgSpec};
 pub use runner::{element_type, run, RunTimes, Runner};
 pub use support::check_target_support;
 

@@ -15,6 +15,7 @@ pub fn plugin_package(target: Target) -> &'static str {
     match target {
         Target::Cpu => "lammps-jax-pjrt-cpu==0.11.2",
         Target::Tpu => "libtpu==0.0.52",
+        Target::Gpu => "jax-cuda13-pjrt==0.11.2",
     }
 }
 
@@ -40,7 +41,7 @@ pub fn plugin_report() -> (Vec<String>, usize) {
                  scripts/setup.sh), or set {} to the plugin file ({})",
                 plugin_package(target),
                 rt::plugin_env_var(target),
-                rt::site_packages_file(target)
+                rt::site_packages_files(target).join(" or ")
             )),
         }
     }

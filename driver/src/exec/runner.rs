@@ -133,6 +133,11 @@ impl<'c> Runner<'c> {
         Ok(())
     }
 
+    /// The loaded executable, the argument specs and the resident weights.
+    pub(crate) fn into_parts(self) -> (&'c rt::LoadedExecutable, Vec<ArgSpec>, Vec<Option<std::sync::Arc<rt::Buffer>>>) {
+        (self.loaded, self.specs, self.resident)
+    }
+
     /// The user inputs the program takes, as `name: type`.
     pub fn input_signature(&self) -> Vec<String> {
         self.specs.iter().filter(|s| !s.kind.is_weight()).map(|s| format!("{}: {}", s.name, s.ty)).collect()
@@ -230,6 +235,55 @@ pub(crate) fn argument_list<'a, R: std::ops::Deref<Target = rt::Buffer>, B: std:
             None => &**next.next().expect("one upload per user input"),
         })
         .collect()
+}
+
+/// One execution of a program that updates its own state: `resident` holds a buffer per weight
+/// argument (`None` for a user input, taken from `inputs` in order); for each `(argument,
+/// result)` of `updates` the argument's buffer is donated to the execution and the result
+/// becomes its resident value. Returns the other results, in order, on the device.
+///
+/// A state buffer shared elsewhere (another clone of its `Arc`) is read rather than donated,
+/// so the update is a copy; one that is donated is gone even when the execution fails (its
+/// slot is then left empty).
+pub(crate) fn execute_step<B: std::ops::Deref<Target = rt::Buffer>>(
+    loaded: &rt::LoadedExecutable,
+    resident: &mut [Option<std::sync::Arc<rt::Buffer>>],
+    inputs: &[B],
+    updates: &[(usize, usize)],
+) -> Result<Vec<rt::Buffer>, ExecError> {
+    use std::sync::Arc;
+    let n = resident.len();
+    let mut owned: Vec<Option<rt::Buffer>> = (0..n).map(|_| None).collect();
+    let mut shared: Vec<Option<Arc<rt::Buffer>>> = vec![None; n];
+    if let Some(&(arg, _)) = updates.iter().find(|&&(arg, _)| resident.get(arg).is_none_or(Option::is_none)) {
+        return Err(ExecError::BadInput(format!("state argument {arg} has no value")));
+    }
+    for &(arg, _) in updates {
+        match resident[arg].take().map(Arc::try_unwrap) {
+            Some(Ok(b)) => owned[arg] = Some(b),
+            Some(Err(arc)) => shared[arg] = Some(arc),
+            None => unreachable!("checked above"),
+        }
+    }
+    let mut next_input = inputs.iter();
+    let mut args = Vec::with_capacity(n);
+    for i in 0..n {
+        args.push(if let Some(b) = owned[i].take() {
+            rt::Arg::Donated(b)
+        } else if let Some(b) = shared[i].as_deref().or(resident[i].as_deref()) {
+            rt::Arg::Borrowed(b)
+        } else {
+            rt::Arg::Borrowed(next_input.next().ok_or_else(|| ExecError::BadInput("too few inputs for the program".into()))?)
+        });
+    }
+    let outputs = loaded.execute_with(args)?;
+    drop(shared);
+    let mut outputs: Vec<Option<rt::Buffer>> = outputs.into_iter().map(Some).collect();
+    for &(arg, result) in updates {
+        let b = outputs.get_mut(result).and_then(Option::take).ok_or_else(|| ExecError::Unsupported(format!("result {result} missing from the execution")))?;
+        resident[arg] = Some(Arc::new(b));
+    }
+    Ok(outputs.into_iter().flatten().collect())
 }
 
 /// Compiles-then-runs convenience: weights from `weights`, user inputs from `inputs`.

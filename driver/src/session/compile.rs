@@ -26,12 +26,14 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         // The pass pipeline for the target (TPU legalization, precision defaults).
         target: options.target,
         precision: options.precision,
+        conv_precision: options.conv_precision,
         bf16: options.bf16,
         allow_excess_precision: options.allow_excess_precision,
         no_fusion: options.no_fusion,
         sharding: options.sharding.clone(),
         shard_policy: options.shard_policy,
         ranks: options.ranks.clone(),
+        donate_state: options.donate,
         ..Default::default()
     };
     let (mut lowered, size_args, result_layouts) = match &options.bucket {
@@ -98,6 +100,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         })?),
         None => None,
     };
+    let state_updates = if options.donate { module.state_aliases() } else { Vec::new() };
     let user_args: Vec<usize> = args.iter().enumerate().filter(|(_, a)| !a.kind.is_weight()).map(|(i, _)| i).collect();
     let tensor_inputs = user_args.iter().copied().filter(|a| !size_args.iter().any(|(_, s)| s == a)).collect();
     let resident: Vec<Option<std::sync::Arc<rt::Buffer>>> = args.iter().map(|_| None).collect();
@@ -124,6 +127,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         ranks: lowered.ranks.map(|r| r.count),
         staging: Default::default(),
         scalars: Default::default(),
+        state_updates,
     })
 }
 

@@ -20,6 +20,7 @@ mod compile;
 mod dtype;
 mod errors;
 mod run;
+mod state;
 mod upload;
 mod weights;
 #[cfg(test)]
@@ -31,7 +32,7 @@ use std::path::PathBuf;
 use tpuc_frontend_fx::{InputSlot, OutputSlot};
 use tpuc_ir::{ArgKind, TensorType};
 use tpuc_runtime as rt;
-pub use tpuc_runtime::HostArray;
+pub use tpuc_runtime::{set_host_aliasing, transfers, Buffer as DeviceBuffer, HostArray, Transfers};
 
 pub use compile::{cache, compile};
 pub use dtype::torch_dtype_name;
@@ -56,6 +57,8 @@ pub struct SessionOptions {
     pub bucket: Option<crate::dynamic::Sizes>,
     /// Matmul / convolution precision; `None`: the target's default.
     pub precision: Option<crate::Precision>,
+    /// Convolution precision; `None`: `precision`, else the target's default for convolutions.
+    pub conv_precision: Option<crate::Precision>,
     /// Matmuls and convolutions in bf16 with f32 accumulation.
     pub bf16: bool,
     /// Drop round trips through narrower float types.
@@ -69,6 +72,9 @@ pub struct SessionOptions {
     /// A per-rank program (PyTorch's functional collectives): its ranks, one device each, and
     /// the rank groups of the process groups it names. Run with [`Program::run_ranks`].
     pub ranks: Option<crate::Ranks>,
+    /// A program that updates its weights (a training step): each state update is aliased to
+    /// the argument it updates, and [`Program::step`] donates the state to it.
+    pub donate: bool,
 }
 
 impl Default for SessionOptions {
@@ -82,12 +88,14 @@ impl Default for SessionOptions {
             name: "graph".to_string(),
             bucket: None,
             precision: None,
+            conv_precision: None,
             bf16: false,
             allow_excess_precision: false,
             no_fusion: false,
             sharding: None,
             shard_policy: None,
             ranks: None,
+            donate: false,
         }
     }
 }
@@ -145,6 +153,9 @@ pub struct Program {
     staging: std::sync::Mutex<Vec<Vec<Line>>>,
     /// Device buffers of scalar i64 inputs (sizes), by value (see [`Program::input`]).
     scalars: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Arc<rt::Buffer>>>,
+    /// `(argument, result)` per state update (programs compiled with `donate`): the result is
+    /// the argument's next value (see [`Program::step`]).
+    pub state_updates: Vec<(usize, usize)>,
 }
 
 /// 64 bytes aligned as the CPU plugin needs to read a host buffer in place: the unit of the

@@ -8,7 +8,7 @@ use tpuc_ir::DType;
 use tpuc_runtime as rt;
 
 /// One user input of an execution.
-enum Input<'a> {
+pub(super) enum Input<'a> {
     Borrowed(rt::BorrowedBuffer<'a>),
     Kept(std::sync::Arc<rt::Buffer>),
 }
@@ -38,7 +38,7 @@ impl Program {
     /// from the buffers kept per value, else borrowed (see [`Program::borrow`]). Scalars
     /// recur call after call (the sizes of a decode loop), and a buffer of their own costs
     /// a transfer each.
-    fn input<'a>(&self, arg: usize, bytes: &'a [u8]) -> Result<Input<'a>, ExecError> {
+    pub(super) fn input<'a>(&self, arg: usize, bytes: &'a [u8]) -> Result<Input<'a>, ExecError> {
         let ty = &self.args[arg].ty;
         if ty.rank() == 0 && ty.dtype == DType::I64 && bytes.len() == 8 {
             let value = i64::from_le_bytes(bytes.try_into().expect("8 bytes"));
@@ -63,6 +63,26 @@ impl Program {
         Ok(loaded.client().buffer_borrowing_host(bytes, element_type, &dims, Some(device))?)
     }
 
+    /// Checks a call's input count and that every weight has a value.
+    pub(super) fn check_call(&self, inputs: usize) -> Result<(), ExecError> {
+        if inputs != self.user_args.len() {
+            return Err(ExecError::BadInput(format!(
+                "{}: the program takes {} input(s), got {inputs}",
+                self.name,
+                self.user_args.len(),
+            )));
+        }
+        if let Some(i) = (0..self.args.len()).find(|&i| self.args[i].kind.is_weight() && !self.has_weight(i)) {
+            return Err(ExecError::BadInput(format!(
+                "{}: {} `{}` has no value (set_weight was not called, or a failed step consumed it)",
+                self.name,
+                self.args[i].kind.name(),
+                self.args[i].name
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs with `inputs`, one dense row-major byte slice per user-input argument in order
     /// (read in place on CPU, so no copy is made on the way in). Every weight must have been
     /// set. Returns the results' bytes, in order: on CPU the result buffers' own memory, handed
@@ -70,24 +90,7 @@ impl Program {
     pub fn run(&self, inputs: &[&[u8]]) -> Result<(Vec<HostArray>, RunTimes), ExecError> {
         let mut times = RunTimes::default();
         let t0 = Instant::now();
-        if inputs.len() != self.user_args.len() {
-            return Err(ExecError::BadInput(format!(
-                "{}: the program takes {} input(s), got {}",
-                self.name,
-                self.user_args.len(),
-                inputs.len()
-            )));
-        }
-        for i in 0..self.resident.len() {
-            if self.args[i].kind.is_weight() && !self.has_weight(i) {
-                return Err(ExecError::BadInput(format!(
-                    "{}: {} `{}` has no value (set_weight was not called)",
-                    self.name,
-                    self.args[i].kind.name(),
-                    self.args[i].name
-                )));
-            }
-        }
+        self.check_call(inputs.len())?;
         if let Some(n) = self.ranks {
             return Err(ExecError::BadInput(format!(
                 "{}: a per-rank program runs all its {n} ranks at once (run_ranks)",

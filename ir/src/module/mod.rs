@@ -431,6 +431,40 @@ impl Module {
         self.func("main").or_else(|| self.funcs.first())
     }
 
+    /// `main`'s state updates: `(argument, result)` for every result that is the new value of a
+    /// parameter or buffer argument (a [`ResultKind::BufferMutation`] naming it, of the same
+    /// type), each argument at most once. A runtime may donate the argument to that result
+    /// (the emitter marks the pair `tf.aliasing_output`), so the state is updated in place.
+    pub fn state_aliases(&self) -> Vec<(usize, usize)> {
+        let Some(f) = self.main_func() else { return Vec::new() };
+        let entry = self.entry_block(f);
+        let args = self.blocks[entry].args();
+        let results: &[ValueId] = match self.terminator(entry) {
+            Some(ret) => self.ops[ret].operands(),
+            None => &[],
+        };
+        let mut taken = vec![false; args.len()];
+        let mut pairs = Vec::new();
+        for (j, info) in f.results().iter().enumerate() {
+            if info.kind != ResultKind::BufferMutation || j >= results.len() {
+                continue;
+            }
+            let found = f.args().iter().enumerate().position(|(i, a)| {
+                !taken[i]
+                    && matches!(a.kind, ArgKind::Parameter | ArgKind::Buffer)
+                    && a.name == info.name
+                    && i < args.len()
+                    && self.values[args[i]].ty == self.values[results[j]].ty
+                    && args[i] != results[j]
+            });
+            if let Some(i) = found {
+                taken[i] = true;
+                pairs.push((i, j));
+            }
+        }
+        pairs
+    }
+
     /// [`Module::main_func`], to edit its metadata.
     pub fn main_func_mut(&mut self) -> Option<&mut Func> {
         let i = self.funcs.iter().position(|f| f.name == "main").or((!self.funcs.is_empty()).then_some(0))?;

@@ -8,3 +8,4 @@ pub mod opt;
 pub mod plan_buckets;
 pub mod plugins;
 pub mod run;
+pub mod steps;

@@ -11,17 +11,22 @@ use crate::common::{compile_lowered, compile_mlir, is_mlir, read_mlir, report_pa
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The program: a .pt2 archive, a torch.export model.json, or StableHLO text (.mlir) from
-    /// any producer, run as given with every argument of its `main` from --inputs.
-    model: PathBuf,
+    /// The program: a .pt2 archive, a torch.export model.json, StableHLO text (.mlir) from
+    /// any producer (run as given with every argument of its `main` from --inputs), or a
+    /// training step exported by `tpuc.train_step(...).export(DIR)` (with --steps).
+    pub(crate) model: PathBuf,
     #[command(flatten)]
-    target: TargetArgs,
+    pub(crate) target: TargetArgs,
     #[command(flatten)]
-    pipeline: PipelineArgs,
+    pub(crate) pipeline: PipelineArgs,
     /// The program's user inputs as .npy files, in signature order (weights come from the
-    /// archive).
+    /// archive); for an exported training step, the batch of one step.
     #[arg(long, num_args = 0.., value_name = "NPY")]
-    inputs: Vec<PathBuf>,
+    pub(crate) inputs: Vec<PathBuf>,
+    /// Replay an exported training step N times: its state stays on the device, each step's
+    /// update donated to the next; prints each step's loss and the median ms per step.
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
     /// Write the outputs here as output_0.npy, output_1.npy, ...
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
@@ -40,10 +45,12 @@ pub struct RunArgs {
     repeat: usize,
     /// Print one JSON object as the last line: `bucket` (the bucket run, for programs with
     /// symbolic dims), `cache` (where the executable came from), `outputs` (their shapes),
-    /// `ok`; with --repeat also `runs` and `median_us` {total, check, upload, execute,
-    /// download} (a --mesh program: `devices` and `median_us.total`).
+    /// `ok`, `h2d_bytes` and `d2h_bytes` (host <-> device traffic, weights included); with
+    /// --repeat also `runs` and `median_us` {total, check, upload, execute, download} (a
+    /// --mesh program: `devices` and `median_us.total`). With --steps: `losses`,
+    /// `ms_per_step`, `execute_ms` and the traffic per step.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Fill the padding of bucketed inputs with this value instead of zeros (nan, inf, -inf
     /// or a number): valid outputs must not change.
     #[arg(long, value_name = "VALUE", hide = true)]
@@ -52,7 +59,7 @@ pub struct RunArgs {
     /// same seed gives the same outputs. A program with random ops takes it as its last input,
     /// `tpuc_rng_seed`, filled from this flag unless given with --inputs.
     #[arg(long, default_value_t = 0, value_name = "N")]
-    seed: u64,
+    pub(crate) seed: u64,
     #[command(flatten)]
     buckets: BucketArgs,
 }
@@ -60,6 +67,20 @@ pub struct RunArgs {
 pub fn run(a: RunArgs) -> Result<(), Failure> {
     use tpuc_driver::dynamic;
     use tpuc_driver::tensor::HostTensor;
+    a.target.apply();
+    let is_step = tpuc_driver::step_export::is_step_export(&a.model);
+    match (a.steps, is_step) {
+        (Some(n), true) => return super::steps::replay(&a, n),
+        (None, true) => return super::steps::replay(&a, 1),
+        (Some(_), false) => {
+            return Err(Failure::User(format!(
+                "--steps replays a training step exported by tpuc.train_step(...).export(DIR); {} is not such a folder",
+                a.model.display()
+            )))
+        }
+        (None, false) => {}
+    }
+    let start = tpuc_driver::session::transfers();
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for p in &a.inputs {
         let t = HostTensor::read_npy(p).map_err(|e| Failure::User(e.to_string()))?;
@@ -91,7 +112,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         if let Some(sh) = &sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
         }
         tracing::info!("{}", compiled.summary.line());
         let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
@@ -99,7 +120,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         for _ in 1..a.repeat.max(1) {
             times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
         }
-        return finish_run(&a, &outputs, Timing::of(&times), None, compiled.summary.cache);
+        return finish_run(&a, &start, &outputs, Timing::of(&times), None, compiled.summary.cache);
     }
     let imported = tpuc_driver::import(&a.model)?;
     if dynamic::append_seed(&imported.module, &mut inputs, a.seed) {
@@ -119,7 +140,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             }
             let runner = tpuc_driver::spmd::RankRunner::new(&compiled, &lowered.module, &lowered.weights, r.count).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
         }
         if let Some(sh) = &lowered.sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
@@ -134,9 +155,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 }
                 us.sort_by(f64::total_cmp);
                 let timing = Timing { runs: us.len(), devices: Some(tpuc_driver::spmd::device_count(sh)), median_us: vec![("total", us[us.len() / 2])] };
-                return finish_run(&a, &outputs, Some(timing), None, compiled.summary.cache);
+                return finish_run(&a, &start, &outputs, Some(timing), None, compiled.summary.cache);
             }
-            return finish_run(&a, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
         }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
         let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
@@ -200,7 +221,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             .map_err(DriverError::from)?;
         (outputs, Some(bucket), compiled.summary.cache)
     };
-    finish_run(&a, &outputs, Timing::of(&times), bucket, source)
+    finish_run(&a, &start, &outputs, Timing::of(&times), bucket, source)
 }
 
 /// `run --repeat N`: the median of the timed runs (all but the first), per step, in µs.
@@ -250,6 +271,7 @@ impl Timing {
 /// the JSON summary.
 fn finish_run(
     a: &RunArgs,
+    start: &tpuc_driver::session::Transfers,
     outputs: &[tpuc_driver::tensor::HostTensor],
     timing: Option<Timing>,
     bucket: Option<tpuc_driver::dynamic::Sizes>,
@@ -259,12 +281,15 @@ fn finish_run(
         println!("{}", t.line());
     }
     let result = report_outputs(a, outputs);
+    let moved = tpuc_driver::session::transfers().since(start);
     if a.json {
         let mut v = serde_json::json!({
             "bucket": bucket,
             "cache": source,
             "outputs": outputs.iter().map(|t| t.dims.clone()).collect::<Vec<_>>(),
             "ok": result.is_ok(),
+            "h2d_bytes": moved.h2d_bytes,
+            "d2h_bytes": moved.d2h_bytes,
         });
         if let Some(t) = timing {
             let median: serde_json::Map<String, serde_json::Value> =
