@@ -31,6 +31,10 @@ def __getattr__(name):
         from . import train
 
         return getattr(train, name)
+    if name == "invalidate_weights":
+        from .graph import invalidate_weights
+
+        return invalidate_weights
     if name == "save":
         from .export import save
 
@@ -61,5 +65,6 @@ __all__ = [
     "save",
     "train_step",
     "TrainStep",
+    "invalidate_weights",
     "DeviceLoss",
 ]

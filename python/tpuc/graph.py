@@ -46,6 +46,16 @@ _DTYPES = {
 
 
 _LIVE: "weakref.WeakSet[CompiledGraph]" = weakref.WeakSet()
+# Bumped by `invalidate_weights`: every weight copied to a device is copied again at its next use.
+_GENERATION = [0]
+
+
+def invalidate_weights() -> None:
+    """Makes every compiled graph copy its weights to the device again at its next call. Only
+    needed where weights are copies (an accelerator, or `host_aliasing` off) and a tensor was
+    written without a version-counter bump (`_unsafe_preserve_version_counter`, DLPack or
+    NumPy views of it); in-place ops, optimizer steps and `load_state_dict` are seen anyway."""
+    _GENERATION[0] += 1
 # Host address -> (graph ref, argument): the program that last aliased a weight at that address,
 # whose buffer later programs share while it still reads that address.
 _RESIDENT: dict[int, tuple] = {}
@@ -184,7 +194,12 @@ class CompiledGraph:
         self.arg_to_ph = arg_to_ph
         self.size_arg_set = set(size_args)
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
-        self.weight_state: list[int | None] = [None] * len(self.weight_plan)  # aliased address
+        # Per weight: the address read in place (an int), or (address, version, generation) of
+        # the copy on the device; None before the first call.
+        self.weight_state: list = [None] * len(self.weight_plan)
+        # Where device memory is not host memory, a copied weight stays on the device until its
+        # tensor changes; on the CPU plugin one it cannot read in place is copied every call.
+        self.copies_resident = opts.target != "cpu" or not opts.host_aliasing
         # User arguments: a placeholder, or (bucketed) the real size of a symbol.
         self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
@@ -236,7 +251,13 @@ class CompiledGraph:
         which the version counter alone cannot see. The call checks before every run that `t`
         still lives at that address (`weight_state[j]`); storage that moved (`set_`, `.data =`,
         a storage resized away and back, FSDP2's unsharded parameters) is aliased again.
-        Elsewhere the value is copied for this call only (`weight_state[j]` stays None)."""
+
+        On an accelerator (or with the `host_aliasing` option off) the value is copied to the
+        device and kept there until the tensor changes: its address or its version counter (any
+        in-place op, an optimizer step, `load_state_dict`). A write that keeps the version
+        counter (`torch.autograd._unsafe_preserve_version_counter`, DLPack or NumPy views) is
+        not seen: call `tpuc.invalidate_weights()` after one. On the CPU plugin a weight it
+        cannot read in place is copied for every call, never kept as a snapshot."""
         ptr = t.data_ptr()
         if t.is_cpu and t.is_contiguous() and not (t.is_neg() or t.is_conj()):
             # A tensor another program already reads in place (another bucket, another graph
@@ -259,7 +280,7 @@ class CompiledGraph:
         if not src.is_contiguous():
             src = src.contiguous()
         self.program.set_weight(ai, to_dlpack(_resolved(src)))
-        self.weight_state[j] = None
+        self.weight_state[j] = (ptr, t._version, _GENERATION[0]) if self.copies_resident else None
         STATS["weight_copies"] += 1
 
     def __call__(self, args, sizes: dict[str, int] | None = None):
@@ -269,7 +290,11 @@ class CompiledGraph:
         consts = self.constants
         for j, (ph, ai) in enumerate(self.weight_plan):
             t = args[ph] if ph < self.num_args else consts[ph]
-            if self.weight_state[j] != t.data_ptr() or not t.is_contiguous():
+            st = self.weight_state[j]
+            if type(st) is int:
+                if st != t.data_ptr() or not t.is_contiguous():
+                    self._upload(j, ai, t)
+            elif st != (t.data_ptr(), t._version, _GENERATION[0]):
                 self._upload(j, ai, t)
         if self.bucket is not None:
             return self._call_bucketed(args, sizes, t0)

@@ -404,13 +404,10 @@ class TrainStep:
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "graph.json"), "wb") as f:
                 f.write(program_json)
-        program = _C.Program.compile(
-            program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
-            dump_dir=opts.dump_dir, verify_each=opts.verify_each, precision=opts.matmul_precision(),
-            conv_precision=opts.conv_precision_value(), bf16=opts.bf16,
-            allow_excess_precision=opts.allow_excess_precision, fusion=opts.fusion, mesh=opts.mesh,
-            shard_policy=opts.shard_policy, shard=dict(opts.shard) or None, donate=True,
-        )
+        try:
+            program = self._compile_program(program_json, name, opts)
+        except TpucError as e:
+            raise self._located(e, spec, template, positions, tensors) from None
         STATS["programs"] += 1
         if program.cache == "miss":
             STATS["compiles"] += 1
@@ -425,6 +422,42 @@ class TrainStep:
         self.trace_seconds = t1 - t0
         self.compile_seconds = time.perf_counter() - t1
         return prog
+
+    def _compile_program(self, program_json: bytes, name: str, opts: Options):
+        return _C.Program.compile(
+            program_json, name=name, target=opts.target, topology=opts.topology, plugin=opts.plugin_path(),
+            dump_dir=opts.dump_dir, verify_each=opts.verify_each, precision=opts.matmul_precision(),
+            conv_precision=opts.conv_precision_value(), bf16=opts.bf16,
+            allow_excess_precision=opts.allow_excess_precision, fusion=opts.fusion, mesh=opts.mesh,
+            shard_policy=opts.shard_policy, shard=dict(opts.shard) or None, donate=True,
+        )
+
+    def _located(self, e: TpucError, spec, template, positions, tensors) -> TpucError:
+        """`e` with the user's source line of the op it names. The joint graph's nodes carry
+        aot's own frames, not the model's: the model's forward is traced once more (torch.export,
+        non-strict, only on this error path) to find the first node of the same op."""
+        if not e.target or (e.source and "<eval_with_key>" not in e.source and "proxy_tensor.py" not in e.source):
+            return e
+        k = self.accumulate
+        micro = tuple(t.chunk(k, 0)[0].detach() if k > 1 else t.detach() for t in tensors)
+        try:
+            from .serialize import target_name
+
+            wrapper = _LossModule(self.model, self.loss_fn, spec, template, positions)
+            ep = torch.export.export(wrapper, micro, strict=False)
+            source = next((node_source(n) for n in ep.graph.nodes
+                           if n.op == "call_function" and target_name(n.target) == e.target), None)
+        except Exception:
+            source = None
+        if source is None:
+            return e
+        first = str(e).splitlines()[0]
+        cut = first.find(" (")
+        message = (first[:cut] if cut > 0 else first) + f" ({source})"
+        rest = [n for n in e.nodes if n.get("target") != e.target]
+        note = f"\n  ... and {len(rest)} more node(s) of other ops; tpuc.train_step(..., options={{'dump_dir': ...}}) writes the graph" if rest else ""
+        return TpucError(message + note, kind=e.kind, node=e.node, target=e.target, source=source, graph=e.graph,
+                         nodes=e.nodes)
 
     def _trace(self, spec, template, positions, tensors):
         """The step's FX graph for this call signature, serialized; and the state names in
@@ -447,8 +480,10 @@ class TrainStep:
         except TpucError:
             raise
         except Exception as e:
-            raise TpucError(f"tpuc.train_step: could not trace the model's forward and backward: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0] if str(e) else ''}", kind="trace") from e
+            where = _user_frame_of(e)
+            raise TpucError(f"tpuc.train_step: could not trace the model's forward and backward"
+                            f"{f' at {where}' if where else ''}: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''}{_hint(e)}", kind="trace", source=where) from e
         if sig.user_inputs_to_mutate:
             raise TpucError("tpuc.train_step: the model writes into its inputs "
                             f"({', '.join(sig.user_inputs_to_mutate.values())}); a step takes them as values",
@@ -648,6 +683,28 @@ def _add(g: torch.fx.Graph, a: torch.fx.Node, b: torch.fx.Node) -> torch.fx.Node
     n = g.call_function(torch.ops.aten.add.Tensor, (a, b))
     n.meta["val"] = a.meta["val"]
     return n
+
+
+def _user_frame_of(e: BaseException) -> str | None:
+    """The innermost frame of `e`'s traceback in the user's code (outside torch and tpuc), as
+    `file.py:LINE in func`."""
+    import traceback
+
+    pick = None
+    for frame in traceback.extract_tb(e.__traceback__):
+        path = frame.filename
+        if "/torch/" in path or "/tpuc/" in path or "/transformers/utils/" in path or path.startswith("<"):
+            continue
+        pick = frame
+    return f"{os.path.basename(pick.filename)}:{pick.lineno} in {pick.name}" if pick else None
+
+
+def _hint(e: BaseException) -> str:
+    text = f"{type(e).__name__} {e}"
+    if "DataDependent" in text or "_local_scalar_dense" in text or "data-dependent" in text.lower():
+        return ("; the step branches on (or reads) a tensor's value, which one compiled program cannot: "
+                "compute both branches with torch.where, or move the decision out of the step")
+    return ""
 
 
 def _loss_dtype(joint, sig) -> torch.dtype:

@@ -36,3 +36,5 @@ def fresh_state(monkeypatch):
     tpuc.backend._warned.clear()
     yield
     torch._dynamo.reset()
+    # Host aliasing is process-wide (the `host_aliasing` option switches it): back to the default.
+    tpuc._C.set_host_aliasing(True)

@@ -334,3 +334,69 @@ def test_exported_step_replays_in_the_cli(tmp_path):
     ids_bytes = 2 * ids.numel() * 8
     assert ids_bytes <= report["h2d_bytes_per_step"] <= ids_bytes + 1024, report
     assert report["d2h_bytes_per_step"] <= 4 + 1024, report
+
+
+class _MatrixExp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.1)
+
+    def forward(self, x):
+        return (x @ torch.linalg.matrix_exp(self.w)).sum()
+
+
+class _Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        y = (x @ self.w).sum()
+        if y > 0:
+            return y
+        return -y
+
+
+def test_an_op_tpuc_cannot_compile_is_named_with_the_models_source_line():
+    model = _MatrixExp()
+    step = tpuc.train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), options=OPTS)
+    with pytest.raises(tpuc.TpucError) as e:
+        step(torch.randn(3, 4))
+    assert e.value.target == "torch.ops.aten.linalg_matrix_exp.default"
+    assert e.value.source.startswith("test_train_step.py:") and e.value.source.endswith("in forward"), e.value.source
+    assert "linalg_matrix_exp" in str(e.value) and e.value.source in str(e.value)
+
+
+def test_data_dependent_control_flow_is_refused_with_its_source_line():
+    model = _Branchy()
+    step = tpuc.train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), options=OPTS)
+    with pytest.raises(tpuc.TpucError, match="torch.where") as e:
+        step(torch.randn(3, 4))
+    assert e.value.source.startswith("test_train_step.py:") and "forward" in e.value.source, e.value.source
+
+
+def test_bf16_autocast_inside_the_step():
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+
+    # SGD: parameters then differ as the bf16 gradients do (Adam would turn the rounding
+    # differences of near-zero gradients into whole steps).
+    eager, mine = make(), make()
+    eo = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    step = tpuc.train_step(mine, torch.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9), _xent, options=OPTS)
+    g = torch.Generator().manual_seed(4)
+    for i in range(5):
+        x, y = torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            eo.zero_grad()
+            loss = _xent(eager, x, y)
+            loss.backward()
+            eo.step()
+            got = step(x, y)
+        assert got.tensor().dtype == torch.float32
+        assert math.isclose(got.item(), loss.item(), rel_tol=2e-2), (i, got.item(), loss.item())
+    step.sync()
+    for (name, a), b in zip(eager.state_dict().items(), mine.state_dict().values()):
+        _close(b, a, name, rel=2e-2)
+    assert tpuc.stats()["programs"] == 1

@@ -148,3 +148,34 @@ def test_a_result_equal_to_a_weight_is_not_the_weight():
         assert a.data_ptr() != m.w.data_ptr()
         a.fill_(0)
         assert np.all(m.w.detach().numpy() != 0)
+
+
+def test_on_a_device_weights_are_copied_once_and_again_when_their_version_changes():
+    """With host aliasing off (the CPU plugin moving data as an accelerator does), a weight is
+    copied to the device once, again after an in-place change (its version counter), and a
+    write that keeps the version counter is picked up after tpuc.invalidate_weights()."""
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = torch.compile(model, backend="tpuc", options={"host_aliasing": False})
+    x = torch.randn(4, 16)
+    try:
+        with torch.no_grad():
+            compiled(x)
+            before = tpuc.stats()
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+            after = tpuc.stats()
+            # Only the input goes up, and the output comes down, each call.
+            assert after["h2d_bytes"] - before["h2d_bytes"] == 3 * x.numel() * 4, (before, after)
+            assert after["d2h_bytes"] - before["d2h_bytes"] == 3 * 4 * 8 * 4
+            assert after["weight_copies"] == before["weight_copies"] == 4
+            model.fc1.weight.mul_(0.5)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+            assert tpuc.stats()["weight_copies"] == 5
+            _preserving_copy(model.fc2.weight, torch.randn(8, 32))
+            tpuc.invalidate_weights()
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    finally:
+        from tpuc import _C
+
+        _C.set_host_aliasing(True)
