@@ -360,6 +360,11 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
             notes.extend(missed);
             sh.to_ir(&mut module).map_err(DriverError::Options)?;
         }
+        // Updated state keeps its split: an update is aliased to (and donated from) its
+        // argument, so both are laid out alike on every device.
+        if options.donate_state && spmd::align_state(&module, sh) {
+            sh.to_ir(&mut module).map_err(DriverError::Options)?;
+        }
     }
     let opts = EmitOptions {
         module_name: options.module_name.clone().unwrap_or_else(|| "main".to_string()),

@@ -404,6 +404,12 @@ impl Program {
         self.inner.summary.line()
     }
 
+    /// The compile summary as JSON (target, cache, cost and memory figures, ...).
+    #[getter]
+    fn summary_json(&self) -> String {
+        serde_json::to_string(&self.inner.summary).unwrap_or_default()
+    }
+
     #[getter]
     fn compile_seconds(&self) -> f64 {
         self.inner.summary.compile_seconds

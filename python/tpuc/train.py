@@ -245,6 +245,55 @@ class TrainStep:
     # ---- the call
     def __call__(self, *args, **kwargs):
         t0 = time.perf_counter_ns()
+        spec, template, positions, tensors, key = self._signature(args, kwargs)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = self._compile(spec, template, positions, tensors)
+        if not prog.program.can_run:
+            raise TpucError(f"tpuc.train_step: the step was compiled for {self.opts.target}"
+                            f"{' ' + self.opts.topology if self.opts.topology else ''}, and this host has no such device "
+                            "(step.compile(...) compiles without running)", kind="device")
+        self._make_owner(prog)
+        self._refresh(prog)
+        k = self.accumulate
+        inputs = [to_dlpack(torch.tensor([float(g["lr"]) for g in self.optimizer.param_groups], dtype=torch.float64))]
+        for mb in range(k):
+            for t in tensors:
+                part = t.chunk(k, 0)[mb] if k > 1 else t
+                part = part.detach()
+                if not (part.is_cpu and part.is_contiguous()):
+                    part = part.cpu().contiguous()
+                inputs.append(to_dlpack(part))
+        if prog.random:
+            inputs.append(to_dlpack(torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)))
+        t1 = time.perf_counter_ns()
+        try:
+            results = prog.program.step(inputs)
+        except Exception:
+            # The state the failed step donated is gone: the next step uploads it from the host.
+            self._owner = None
+            raise
+        t2 = time.perf_counter_ns()
+        self.steps += 1
+        STATS["train_steps"] += 1
+        loss = DeviceLoss(results[0], self.steps)
+        self.run_ns += t2 - t1
+        self.call_ns += time.perf_counter_ns() - t0
+        return loss
+
+    def compile(self, *args, **kwargs) -> dict:
+        """Compiles the step for this call signature without running it (e.g. for a TPU
+        topology on a host without chips); returns the compile summary: `target`, `topology`,
+        `cache`, `cost` and `memory` (`argument_bytes`, `output_bytes`, `temp_bytes` per device)
+        where the plugin reports them."""
+        spec, template, positions, tensors, key = self._signature(args, kwargs)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = self._compile(spec, template, positions, tensors)
+        return json.loads(prog.program.summary_json)
+
+    def _signature(self, args, kwargs):
+        """The call's tensors, its constants and the key of its program."""
         flat, spec = pytree.tree_flatten((args, kwargs))
         positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
         tensors = [flat[i] for i in positions]
@@ -267,30 +316,7 @@ class TrainStep:
             tuple(self.rule.hyper(g) for g in self.optimizer.param_groups),
             tuple(len(g["params"]) for g in self.optimizer.param_groups),
         )
-        prog = self._programs.get(key)
-        if prog is None:
-            prog = self._programs[key] = self._compile(spec, template, positions, tensors)
-        self._make_owner(prog)
-        self._refresh(prog)
-        inputs = [to_dlpack(torch.tensor([float(g["lr"]) for g in self.optimizer.param_groups], dtype=torch.float64))]
-        for mb in range(k):
-            for t in tensors:
-                part = t.chunk(k, 0)[mb] if k > 1 else t
-                part = part.detach()
-                if not (part.is_cpu and part.is_contiguous()):
-                    part = part.cpu().contiguous()
-                inputs.append(to_dlpack(part))
-        if prog.random:
-            inputs.append(to_dlpack(torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)))
-        t1 = time.perf_counter_ns()
-        results = prog.program.step(inputs)
-        t2 = time.perf_counter_ns()
-        self.steps += 1
-        STATS["train_steps"] += 1
-        loss = DeviceLoss(results[0], self.steps)
-        self.run_ns += t2 - t1
-        self.call_ns += time.perf_counter_ns() - t0
-        return loss
+        return spec, template, positions, tensors, key
 
     def _make_owner(self, prog: _Program) -> None:
         """Makes `prog` hold the device state: moved from the previous owner where it has it,
@@ -412,12 +438,10 @@ class TrainStep:
         if program.cache == "miss":
             STATS["compiles"] += 1
         STATS[f"cache_{program.cache}"] += 1
-        if not program.can_run:
-            raise TpucError(f"tpuc.train_step: compiled for {opts.target} but this host has no such device", kind="device")
         prog = _Program(program, self._by_name)
         # Constants lifted from the graph are set once.
         for ai, (aname, akind, *_r) in enumerate(program.args):
-            if akind == "constant":
+            if akind == "constant" and program.can_run:
                 program.set_weight(ai, to_dlpack(self._constants[aname].detach().contiguous()))
         self.trace_seconds = t1 - t0
         self.compile_seconds = time.perf_counter() - t1

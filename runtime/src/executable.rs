@@ -259,6 +259,31 @@ impl LoadedExecutable {
         Ok(outputs.into_iter().map(Buffer::from_raw).collect())
     }
 
+    /// [`LoadedExecutable::execute_partitioned`] with some arguments given up, as
+    /// [`LoadedExecutable::execute_with`] does on one device: `args[d]` are device `d`'s
+    /// arguments; an argument position is donated only where every device donates it.
+    pub fn execute_partitioned_with(&self, args: Vec<Vec<Arg<'_>>>) -> Result<Vec<Vec<Buffer>>> {
+        if args.len() != self.devices.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} argument lists for an executable on {} devices",
+                args.len(),
+                self.devices.len()
+            )));
+        }
+        for (d, list) in args.iter().enumerate() {
+            if let Some(b) = list.iter().map(Arg::buffer).find(|b| !Arc::ptr_eq(b.raw().client(), self.client.raw())) {
+                return Err(Error::InvalidArgument(format!("argument {b:?} of device {d} belongs to another client")));
+            }
+        }
+        let n = args.first().map_or(0, Vec::len);
+        let donated: Vec<bool> = (0..n).map(|i| args.iter().all(|l| matches!(l.get(i), Some(Arg::Donated(_))))).collect();
+        let raw_args: Vec<Vec<_>> = args.iter().map(|l| l.iter().map(|a| a.buffer().raw()).collect()).collect();
+        let outputs = self.raw.execute_on_devices(&raw_args, &donated, self.num_outputs)?;
+        drop(raw_args);
+        drop(args);
+        Ok(outputs.into_iter().map(|o| o.into_iter().map(Buffer::from_raw).collect()).collect())
+    }
+
     /// Runs on all of the executable's devices at once (an SPMD program: one partition per
     /// device, in [`LoadedExecutable::devices`] order); `args[d]` are device `d`'s arguments,
     /// each living on that device. Waits for every device; returns each device's outputs.

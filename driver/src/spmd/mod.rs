@@ -23,7 +23,7 @@ use tpuc_ir::Module;
 
 pub use blocks::{assemble, shard_for_device};
 pub use plan::{format_shard, parse_group, parse_mesh, parse_shard, ShardPlan};
-pub use policy::{apply_policy, ShardPolicy};
+pub use policy::{align_state, apply_policy, ShardPolicy};
 pub(crate) use runners::{device_argument_lists, outputs_to_host};
 pub use runners::{join_results, RankRunner, ShardedRunner};
 pub use validate::check;

@@ -214,3 +214,45 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
     }
     out
 }
+
+/// Lays out a training step's state alike on every device, for programs whose state updates
+/// are aliased to their arguments ([`tpuc_ir::Module::state_aliases`]):
+/// - an optimizer state tensor (`optim/<key>/<parameter>`, the names `tpuc.train_step`
+///   gives, see [`crate::step_export`]) that no split was chosen for takes its parameter's
+///   split when it has the parameter's type (tensor parallelism splits only parameters);
+/// - every state update takes its argument's split.
+///
+/// Returns whether `sh` changed.
+pub fn align_state(module: &Module, sh: &mut MeshSharding) -> bool {
+    let Some(func) = module.main_func() else { return false };
+    let entry = module.entry_block(func);
+    let args = module.blocks[entry].args();
+    let mut changed = false;
+    for (i, info) in func.args.iter().enumerate() {
+        let Some(param) = info.name.strip_prefix("optim/").and_then(|rest| rest.split_once('/')).map(|(_, p)| format!("param/{p}")) else {
+            continue;
+        };
+        if sh.args.contains_key(&info.name) {
+            continue;
+        }
+        let Some(j) = func.args.iter().position(|a| a.name == param) else { continue };
+        if module.values[args[i]].ty != module.values[args[j]].ty {
+            continue;
+        }
+        if let Some(spec) = sh.args.get(&param).cloned() {
+            sh.args.insert(info.name.clone(), spec);
+            changed = true;
+        }
+    }
+    for (arg, result) in module.state_aliases() {
+        let want = sh.args.get(&func.args[arg].name).cloned();
+        if sh.results.get(&result) != want.as_ref() {
+            match want {
+                Some(spec) => sh.results.insert(result, spec),
+                None => sh.results.remove(&result),
+            };
+            changed = true;
+        }
+    }
+    changed
+}
