@@ -288,20 +288,6 @@ impl LoadedExecutable {
     /// device, in [`LoadedExecutable::devices`] order); `args[d]` are device `d`'s arguments,
     /// each living on that device. Waits for every device; returns each device's outputs.
     pub fn execute_partitioned(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
-        if args.len() != self.devices.len() {
-            return Err(Error::InvalidArgument(format!(
-                "{} argument lists for an executable on {} devices",
-                args.len(),
-                self.devices.len()
-            )));
-        }
-        for (d, list) in args.iter().enumerate() {
-            if let Some(b) = list.iter().find(|b| !Arc::ptr_eq(b.raw().client(), self.client.raw())) {
-                return Err(Error::InvalidArgument(format!("argument {b:?} of device {d} belongs to another client")));
-            }
-        }
-        let raw_args: Vec<Vec<_>> = args.iter().map(|l| l.iter().map(|b| b.raw()).collect()).collect();
-        let outputs = self.raw.execute_on_devices(&raw_args, &[], self.num_outputs)?;
-        Ok(outputs.into_iter().map(|o| o.into_iter().map(Buffer::from_raw).collect()).collect())
+        self.execute_partitioned_with(args.iter().map(|l| l.iter().map(|&b| Arg::Borrowed(b)).collect()).collect())
     }
 }
