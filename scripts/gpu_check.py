@@ -86,8 +86,12 @@ def tpuc_json(cmd: list[str], env: dict) -> dict:
     return report
 
 
-def eager_train(make, ids: torch.Tensor, steps: int, device: str) -> tuple[list[float], float]:
+def eager_train(make, ids: torch.Tensor, steps: int, device: str, compiled: bool = False) -> tuple[list[float], float]:
+    """torch's own loop; `compiled`: the model through torch.compile (inductor), the optimizer
+    eager."""
     model = make().to(device).train()
+    if compiled:
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     ids = ids.to(device)
     losses, times = [], []
@@ -129,6 +133,7 @@ def main() -> None:
     ap.add_argument("--target", default="gpu")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--infer", action="store_true")
+    ap.add_argument("--inductor", action="store_true", help="also time torch.compile (inductor) training")
     a = ap.parse_args()
     device = "cuda" if a.target == "gpu" else "cpu"
     out_dir = os.environ.get("OUT", ".")
@@ -157,6 +162,14 @@ def main() -> None:
     report["eager_step"] = {"losses": losses, "ms_per_step": ms}
     rel = [abs(x - y) / abs(y) for x, y in zip(step["losses"], losses)]
     report["max_loss_rel_diff"] = max(rel)
+    if a.inductor:
+        try:
+            t0 = time.perf_counter()
+            ind_losses, ind_ms = eager_train(MODELS[a.model], ids, a.steps, device, compiled=True)
+            report["inductor_step"] = {"ms_per_step": ind_ms, "wall_s": round(time.perf_counter() - t0, 1),
+                                       "losses": ind_losses}
+        except Exception as e:
+            report["inductor_error"] = f"{type(e).__name__}: {e}"
 
     with open(os.path.join(out_dir, "gpu_check.json"), "w") as f:
         json.dump(report, f, indent=1)
@@ -185,7 +198,7 @@ def infer_report(a, env: dict, out_dir: str, device: str) -> dict:
             for name, (model, args) in cases.items():
                 model.eval()
                 path = os.path.join(out_dir, f"{name}.pt2")
-                torch.export.save(torch.export.export(model, args), path)
+                torch.export.save(torch.export.export(model, args).run_decompositions(), path)
                 npys = []
                 for i, t in enumerate(args):
                     p = os.path.join(out_dir, f"{name}_in{i}.npy")
@@ -201,6 +214,8 @@ def infer_report(a, env: dict, out_dir: str, device: str) -> dict:
 def print_table(a, report: dict, step: dict, losses: list, ms: float) -> None:
     print(f"{'':28} {'tpuc':>10} {'torch eager':>12}")
     print(f"{a.model + ' train step ms':28} {step['ms_per_step']:10.2f} {ms:12.2f}")
+    if "inductor_step" in report:
+        print(f"{'  torch inductor ms':28} {'':10} {report['inductor_step']['ms_per_step']:12.2f}")
     print(f"{'  of which XLA execute ms':28} {step['execute_ms']:10.2f}")
     print(f"{'  bytes up / down per step':28} {step['h2d_bytes_per_step']:10.0f} / {step['d2h_bytes_per_step']:.0f}")
     print(f"{'  loss step 1 / last':28} {step['losses'][0]:10.4f} {losses[0]:12.4f}")
