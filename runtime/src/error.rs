@@ -136,7 +136,7 @@ pub enum Error {
     InvalidArgument(String),
 
     /// No plugin was found for a target.
-    #[error("no PJRT plugin for {target} found (looked at: {}); run scripts/setup.sh or set {env}", searched.join(", "))]
+    #[error("no PJRT plugin for {target} found (looked at: {}); {} or set {env}", searched.join(", "), if target == "gpu" { "on a machine with an NVIDIA GPU, `pip install jax-cuda13-pjrt` (or jax-cuda12-pjrt) into the active Python," } else { "run scripts/setup.sh" })]
     NotFound {
         target: String,
         env: String,
