@@ -124,6 +124,39 @@ class BatchNormTraining(nn.Module):
         return self.bn(x)
 
 
+class SelfAttention(nn.Module):
+    """Attention over the dynamic length without is_causal: unmasked, with an additive float
+    mask input, or with a boolean key mask input; then a mean over the length, which reads
+    the padded query rows only through its mask."""
+
+    def __init__(self, mask=None):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.mask = mask
+
+    def forward(self, x, m=None):  # x [b, s, 16]; m [b, 1, s, s] float or [b, s] bool
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        if self.mask == "bool":
+            m = m[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        return o, o.mean(dim=2)
+
+
+class LatentQueries(nn.Module):
+    """Static queries (a parameter) over keys of the dynamic length: nothing causal can help."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(1, 2, 4, 8))
+        self.kv = nn.Linear(16, 32)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        k, v = self.kv(x).view(b, s, 2, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(self.q.expand(b, -1, -1, -1), k, v)
+
+
 class EncoderWithKeyPadding(nn.Module):
     def __init__(self):
         super().__init__()
@@ -265,6 +298,38 @@ def test_encoder_with_key_padding_mask(tmp_path):
         return torch.randn(2, n, 16), pad
 
     _run(tmp_path, EncoderWithKeyPadding().eval(), inputs(6), ({1: s}, {1: s}), [2, 3, 9, 33, 65, 129, 200], inputs, atol=1e-4)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["attention-op", "decomposed"])
+@pytest.mark.parametrize("mask", [None, "float", "bool"])
+def test_attention_over_padded_keys_is_exact_under_any_padding(tmp_path, mask, decompose):
+    """Attention without is_causal over a padded length: padded keys and values hold NaN,
+    infinities or 1e30 (and a mask input's padding whatever the fill makes of it, attend
+    included), and every valid output equals eager's; padded query rows stay in the padding."""
+    s = Dim("s", min=2, max=200)
+
+    def inputs(n):
+        x = torch.randn(2, n, 16)
+        if mask == "float":
+            m = torch.randn(2, 1, n, n)
+            m[1, 0, :, n // 2 + 1:] = float("-inf")  # every row keeps its first keys
+            return x, m
+        if mask == "bool":
+            m = torch.ones(2, n, dtype=torch.bool)
+            m[1, n // 2 + 1:] = False
+            return x, m
+        return (x,)
+
+    dynamic = ({1: s},) if mask is None else ({1: s}, {2: s, 3: s} if mask == "float" else {1: s})
+    _run(tmp_path, SelfAttention(mask), inputs(6), dynamic, [2, 3, 9, 33, 65, 129, 200], inputs, fills=FILLS, atol=1e-4,
+         decompose=decompose)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["attention-op", "decomposed"])
+def test_static_queries_over_padded_keys(tmp_path, decompose):
+    s = Dim("s", min=1, max=200)
+    _run(tmp_path, LatentQueries(), (torch.randn(2, 6, 16),), ({1: s},), [1, 2, 9, 33, 129, 200], seq_input(2, 16),
+         fills=FILLS, atol=1e-4, decompose=decompose)
 
 
 def test_two_symbols_batch_and_sequence(tmp_path):
