@@ -288,14 +288,20 @@ impl Cache {
                 candidates.extend(ms.into_iter().map(|m| ("remote".to_string(), m)));
             }
         }
-        let explanation = key::explain_from_candidates(&want, &candidates).unwrap_or_else(|| {
-            format!(
-                "no cached entry for this graph (program {}) in {}",
-                want.graph.short(),
-                self.enabled_names()
-            )
-        });
-        tracing::info!(target: LOG, key = %key.short(), "cache miss: {explanation}");
+        // A miss is explained only against an entry for the same target and topology; a
+        // first compile for them is a plain miss, with what else is cached under -v.
+        let explanation = key::explain_from_candidates(&want, &candidates);
+        match (&explanation, key::first_compile_detail(&want, &candidates)) {
+            (Some(e), _) => tracing::info!(target: LOG, key = %key.short(), "cache miss: {e}"),
+            (None, Some((first, detail))) => {
+                tracing::info!(target: LOG, key = %key.short(), "cache miss: {first}");
+                if !detail.is_empty() {
+                    tracing::info!(target: LOG, key = %key.short(), "cache miss: {detail}");
+                }
+            }
+            (None, None) => tracing::info!(target: LOG, key = %key.short(),
+                "cache miss: no cached entry for this graph (program {}) in {}", want.graph.short(), self.enabled_names()),
+        }
 
         let manifest = Manifest {
             format: FORMAT_VERSION,
@@ -328,7 +334,7 @@ impl Cache {
             bytes: payload.clone(),
             source: Source::Compiled,
             key,
-            miss_explanation: Some(explanation),
+            miss_explanation: explanation,
             compile_time: dt,
         };
         Ok((out, payload, manifest))
@@ -417,13 +423,15 @@ impl Cache {
                 Tier::Remote => Source::Remote,
             });
         let miss_reason = would_hit.is_none().then(|| {
-            key::explain_from_candidates(&want, &candidates).unwrap_or_else(|| {
-                format!(
-                    "no cached entry for this graph (program {}) in {}",
-                    want.graph.short(),
-                    self.enabled_names()
-                )
-            })
+            key::explain_from_candidates(&want, &candidates)
+                .or_else(|| key::first_compile_detail(&want, &candidates).map(|(first, _)| first))
+                .unwrap_or_else(|| {
+                    format!(
+                        "no cached entry for this graph (program {}) in {}",
+                        want.graph.short(),
+                        self.enabled_names()
+                    )
+                })
         });
         Explanation {
             key,

@@ -230,13 +230,10 @@ impl KeySummary {
             let (a, b) = (self.program.unwrap_or(self.graph), want.program.unwrap_or(want.graph));
             if a != b {
                 // The same source graph lowered to another program: by other lowering
-                // options when they differ, else by another lowering (a tpuc change).
+                // options when they differ (only those named), else by another lowering (a
+                // tpuc change).
                 if self.lowering != want.lowering {
-                    out.push(format!(
-                        "lowering options: {} → {}",
-                        show(&self.lowering),
-                        show(&want.lowering)
-                    ));
+                    out.push(format!("lowering options {}", changed_options(&self.lowering, &want.lowering)));
                 } else {
                     out.push(format!("program {} → {} (same graph and lowering options)", a.short(), b.short()));
                 }
@@ -250,10 +247,8 @@ impl KeySummary {
                     show(&want.compile_options)
                 ));
             } else {
-                out.push(format!(
-                    "compile options changed (summary {} in both)",
-                    show(&want.compile_options)
-                ));
+                // The summary names only partitions and replicas: something else changed.
+                out.push(format!("compile options besides {} changed", show(&want.compile_options)));
             }
         }
         if self.target != want.target {
@@ -306,6 +301,42 @@ impl KeySummary {
     }
 }
 
+/// The `name=value` settings that differ between two option summaries, `name=old → new`
+/// each (settings only one side has show `(none)` on the other); the whole summaries when
+/// they are not lists of settings.
+fn changed_options(old: &str, new: &str) -> String {
+    fn parse(s: &str) -> Option<Vec<(&str, &str)>> {
+        s.split_whitespace().map(|kv| kv.split_once('=')).collect()
+    }
+    let (Some(a), Some(b)) = (parse(old), parse(new)) else {
+        return format!("{} → {}", show(old), show(new));
+    };
+    let find = |list: &[(&str, &str)], k: &str| list.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+    let mut names: Vec<&str> = a.iter().map(|(k, _)| *k).collect();
+    names.extend(b.iter().map(|(k, _)| *k).filter(|k| !a.iter().any(|(n, _)| n == k)));
+    let parts: Vec<String> = names
+        .into_iter()
+        .filter_map(|k| {
+            let (x, y) = (find(&a, k), find(&b, k));
+            (x != y).then(|| format!("{k}={} → {}", x.as_deref().unwrap_or("(none)"), y.as_deref().unwrap_or("(none)")))
+        })
+        .collect();
+    if parts.is_empty() {
+        format!("{} → {}", show(old), show(new))
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `cpu`, or `tpu v5e:2x2`: what an entry was compiled for.
+fn compiled_for(k: &KeySummary) -> String {
+    if k.topology.is_empty() {
+        k.target.clone()
+    } else {
+        format!("{} {}", k.target, k.topology)
+    }
+}
+
 fn show(s: &str) -> &str {
     if s.is_empty() {
         "(none)"
@@ -332,19 +363,68 @@ pub struct Manifest {
     pub created_by: String,
 }
 
-/// Explains a miss from the manifests of entries with the same graph
-/// fingerprint but another key: names the components that differ in the
-/// closest one (fewest differences, newest first).
+/// Explains a miss from the manifests of entries with the same graph fingerprint but another
+/// key, compiled for the same target and topology: names the components that differ in the
+/// closest one (fewest differences, newest first), on one line. `None` when there is no such
+/// entry: the first compile of this graph for this target and topology is a plain miss, never
+/// a comparison with what another target needed (see [`first_compile_detail`]).
 pub(crate) fn explain_from_candidates(
     want: &KeySummary,
     candidates: &[(String, Manifest)],
 ) -> Option<String> {
+    closest(want, candidates, true).map(|(tier, diffs)| {
+        format!(
+            "{} (closest entry for this graph, in {tier})",
+            diffs.join("; ")
+        )
+    })
+}
+
+/// For a miss that [`explain_from_candidates`] leaves plain: what this graph is cached for
+/// instead (`None` when nothing), and the detail for `-v`: how the closest such entry
+/// differs.
+pub(crate) fn first_compile_detail(
+    want: &KeySummary,
+    candidates: &[(String, Manifest)],
+) -> Option<(String, String)> {
+    let mut others: Vec<String> = candidates
+        .iter()
+        .filter(|(_, m)| m.components.graph == want.graph)
+        .map(|(_, m)| compiled_for(&m.components))
+        .collect();
+    others.sort();
+    others.dedup();
+    if others.is_empty() {
+        return None;
+    }
+    let summary = format!(
+        "first compile of this graph for {}; it is cached for {}",
+        compiled_for(want),
+        others.join(", ")
+    );
+    let detail = closest(want, candidates, false)
+        .map(|(tier, diffs)| format!("the closest entry (in {tier}) differs in: {}", diffs.join("; ")))
+        .unwrap_or_default();
+    Some((summary, detail))
+}
+
+/// The closest entry of the same graph (of the same target and topology when `same_target`):
+/// its tier and its differences from `want`.
+fn closest<'a>(
+    want: &KeySummary,
+    candidates: &'a [(String, Manifest)],
+    same_target: bool,
+) -> Option<(&'a str, Vec<String>)> {
     let mut best: Option<(usize, u64, &str, Vec<String>)> = None;
     for (tier, m) in candidates {
-        if m.components.graph != want.graph {
+        let c = &m.components;
+        if c.graph != want.graph {
             continue;
         }
-        let diffs = m.components.differences(want);
+        if same_target && (c.target != want.target || c.topology != want.topology) {
+            continue;
+        }
+        let diffs = c.differences(want);
         if diffs.is_empty() {
             continue;
         }
@@ -356,12 +436,7 @@ pub(crate) fn explain_from_candidates(
             best = Some((diffs.len(), m.created_unix_ms, tier.as_str(), diffs));
         }
     }
-    best.map(|(_, _, tier, diffs)| {
-        format!(
-            "{} (closest entry for this graph, in {tier})",
-            diffs.join("; ")
-        )
-    })
+    best.map(|(_, _, tier, diffs)| (tier, diffs))
 }
 
 #[cfg(test)]
@@ -428,6 +503,14 @@ mod tests {
     }
 
     #[test]
+    fn compile_options_with_the_same_summary_do_not_contradict_it() {
+        let old = base();
+        let mut new = base();
+        new.compile_options.canonical = b"p=1 q=2".to_vec();
+        assert_eq!(old.summary().differences(&new.summary()), vec!["compile options besides partitions=1 changed"]);
+    }
+
+    #[test]
     fn explains_a_lowering_option_by_the_source_graph() {
         let mut old = base();
         old.graph = Some(Digest::of(b"fx graph"));
@@ -438,11 +521,15 @@ mod tests {
         assert_ne!(old.key(), new.key());
         assert_eq!(old.graph(), new.graph());
         let diffs = old.summary().differences(&new.summary());
-        assert_eq!(diffs, vec!["lowering options: precision=highest bf16=off → precision=highest bf16=on"]);
+        assert_eq!(diffs, vec!["lowering options bf16=off → on"]);
         // Another program from the same graph and options: said plainly.
         new.lowering = old.lowering.clone();
         let diffs = old.summary().differences(&new.summary());
         assert!(diffs[0].ends_with("(same graph and lowering options)"), "{diffs:?}");
+        // Only the options that changed are named, added or dropped ones included.
+        new.lowering = "precision=high bf16=on fusion=off".into();
+        let diffs = old.summary().differences(&new.summary());
+        assert_eq!(diffs, vec!["lowering options precision=highest → high, bf16=off → on, fusion=(none) → off"]);
         // Lowering options are not part of the key: the program is.
         let mut same = old.clone();
         same.lowering = "anything".into();

@@ -79,8 +79,10 @@ pub struct CacheOutcome {
     pub bytes: Bytes,
     pub source: Source,
     pub key: CacheKey,
-    /// On a miss: why (which key component differs from the closest entry
-    /// for the same graph, or that the graph is new).
+    /// On a miss: why, on one line: which key components differ from the
+    /// closest entry for the same graph, target and topology. `None` for a
+    /// plain miss: the first compile of the graph for its target and topology
+    /// (what else is cached is logged at info level).
     pub miss_explanation: Option<String>,
     /// How long the compile took (misses) or would have taken (hits, as
     /// recorded when the entry was made).

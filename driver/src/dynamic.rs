@@ -163,6 +163,49 @@ pub fn select_bucket(plan: &BucketPlan, sizes: &Sizes) -> Result<Sizes, ExecErro
     Ok(out)
 }
 
+/// `module` at real sizes `sizes` (`--buckets off`): every symbolic dim replaced by its size
+/// and the symbols dropped, a static program of its own, compiled once per shape with nothing
+/// padded or masked.
+pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
+    let mut m = module.clone();
+    for v in m.values.values_mut() {
+        if v.ty.is_static() {
+            continue;
+        }
+        let mut dims = Vec::with_capacity(v.ty.rank());
+        for d in &v.ty.dims {
+            dims.push(match d {
+                Dim::Static(n) => *n,
+                Dim::Sym(e) => match e.eval(&|s| sizes.get(s).copied()) {
+                    Some(n) if n >= 0 => n,
+                    _ => return Err(ExecError::BadInput(format!("dim `{e}` has no size for {}", bucket_name(sizes)))),
+                },
+            });
+        }
+        v.ty = TensorType::from_static(v.ty.dtype, &dims);
+    }
+    // A slice that takes a symbolic dim whole says so with the limit i64::MAX: the size now.
+    let ops: Vec<tpuc_ir::OpId> = m.ops.keys().collect();
+    for op in ops {
+        let d = &m.ops[op];
+        if d.opcode() != tpuc_ir::Opcode::Slice {
+            continue;
+        }
+        let Some(lim) = d.attrs.ints("limit_indices") else { continue };
+        let shape = m.values[d.operands()[0]].ty.static_dims().unwrap_or_default();
+        let clamped: Vec<i64> = lim.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
+        if clamped != lim {
+            m.ops[op].attrs.set("limit_indices", tpuc_ir::Attr::Ints(clamped));
+        }
+    }
+    m.symbols = Default::default();
+    tpuc_ir::verify(&m).map_err(|errs| {
+        let first = errs.first().map_or(String::new(), |e| e.to_string());
+        ExecError::BadInput(format!("the program at {} does not verify: {first}", bucket_name(sizes)))
+    })?;
+    Ok(m)
+}
+
 /// `s0=128,s1=64`: how a bucket is named in labels, tables and messages.
 pub fn bucket_name(sizes: &Sizes) -> String {
     sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")

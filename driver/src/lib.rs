@@ -410,6 +410,13 @@ pub struct BucketLowered {
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
 }
 
+/// Whether `module` can be specialized to `bucket` (the `specialize` pass alone, no other
+/// pass and no compile): its error names the op and FX node that cannot be bucketed.
+pub fn check_bucket(module: &Module, bucket: &dynamic::Sizes) -> Result<(), DriverError> {
+    tpuc_passes::specialize::specialize(module, bucket)?;
+    Ok(())
+}
+
 /// Specializes `module` to `bucket` (the `specialize` pass: padding masked, real sizes as
 /// arguments) and runs the rest of the passes and the emitter on the static program.
 pub fn lower_bucket(

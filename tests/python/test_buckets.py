@@ -124,6 +124,57 @@ class BatchNormTraining(nn.Module):
         return self.bn(x)
 
 
+class SelfAttention(nn.Module):
+    """Attention over the dynamic length without is_causal: unmasked, with an additive float
+    mask input, or with a boolean key mask input; then a mean over the length, which reads
+    the padded query rows only through its mask."""
+
+    def __init__(self, mask=None):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.mask = mask
+
+    def forward(self, x, m=None):  # x [b, s, 16]; m [b, 1, s, s] float or [b, s] bool
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        if self.mask == "bool":
+            m = m[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        return o, o.mean(dim=2)
+
+
+class LatentQueries(nn.Module):
+    """Static queries (a parameter) over keys of the dynamic length: nothing causal can help."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(1, 2, 4, 8))
+        self.kv = nn.Linear(16, 32)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        k, v = self.kv(x).view(b, s, 2, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(self.q.expand(b, -1, -1, -1), k, v)
+
+
+def tiny_llama():
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, vocab_size=128, max_position_embeddings=256)
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.LlamaForCausalLM(cfg)
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+    return Logits().eval()
+
+
 class EncoderWithKeyPadding(nn.Module):
     def __init__(self):
         super().__init__()
@@ -139,7 +190,7 @@ def gpt2_block():
 
 
 def _run(tmp_path, model, example, dynamic, sizes, make_inputs, fills=("nan",), rtol=1e-4, atol=1e-5, training=False,
-         decompose=True):
+         decompose=True, extra=()):
     torch.manual_seed(0)
     model = model.train(training)
     ep = torch.export.export(model, example, dynamic_shapes=dynamic)
@@ -167,7 +218,7 @@ def _run(tmp_path, model, example, dynamic, sizes, make_inputs, fills=("nan",), 
             exp.append(p)
         for fill in fills:
             cmd = [TPUC, "run", pt2, "--inputs", *ins, "--expect", *exp, "--json", f"--pad-fill={fill}",
-                   "--cache-tier2", "buckets", "--rtol", str(rtol), "--atol", str(atol)]
+                   "--cache-tier2", "buckets", "--rtol", str(rtol), "--atol", str(atol), *extra]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             assert p.returncode == 0, f"n={n} fill={fill}:\n{p.stdout}\n{p.stderr}"
             report = json.loads(p.stdout.strip().splitlines()[-1])
@@ -265,6 +316,83 @@ def test_encoder_with_key_padding_mask(tmp_path):
         return torch.randn(2, n, 16), pad
 
     _run(tmp_path, EncoderWithKeyPadding().eval(), inputs(6), ({1: s}, {1: s}), [2, 3, 9, 33, 65, 129, 200], inputs, atol=1e-4)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["attention-op", "decomposed"])
+def test_dynamic_llama_by_bucket_and_with_buckets_off(tmp_path, decompose):
+    """A Hugging Face Llama exported with a dynamic length and an attention mask: its SDPA has
+    an explicit mask and no is_causal, so padded keys are masked out with the mask. Equal to
+    eager at five lengths in five buckets, with the padding of the ids and the mask holding 0
+    or 1 (a mask that would attend to padded keys); then with --buckets off, one compile per
+    shape and no bucket."""
+    seq = Dim("seq", min=2, max=256)
+    lengths = [3, 17, 64, 100, 256]
+
+    def inputs(n):
+        return torch.randint(0, 128, (1, n)), torch.ones(1, n, dtype=torch.long)
+
+    buckets = _run(tmp_path, tiny_llama(), inputs(8), ({1: seq}, {1: seq}), lengths, inputs, fills=("nan", "1"),
+                   atol=1e-4, decompose=decompose)
+    assert sorted(list(json.loads(b).values())[0] for b in buckets) == [4, 32, 64, 128, 256], buckets
+    buckets = _run(tmp_path, tiny_llama(), inputs(8), ({1: seq}, {1: seq}), lengths, inputs, atol=1e-4,
+                   decompose=decompose, extra=("--buckets", "off"))
+    assert buckets == {"null"}, buckets
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["attention-op", "decomposed"])
+@pytest.mark.parametrize("mask", [None, "float", "bool"])
+def test_attention_over_padded_keys_is_exact_under_any_padding(tmp_path, mask, decompose):
+    """Attention without is_causal over a padded length: padded keys and values hold NaN,
+    infinities or 1e30 (and a mask input's padding whatever the fill makes of it, attend
+    included), and every valid output equals eager's; padded query rows stay in the padding."""
+    s = Dim("s", min=2, max=200)
+
+    def inputs(n):
+        x = torch.randn(2, n, 16)
+        if mask == "float":
+            m = torch.randn(2, 1, n, n)
+            m[1, 0, :, n // 2 + 1:] = float("-inf")  # every row keeps its first keys
+            return x, m
+        if mask == "bool":
+            m = torch.ones(2, n, dtype=torch.bool)
+            m[1, n // 2 + 1:] = False
+            return x, m
+        return (x,)
+
+    dynamic = ({1: s},) if mask is None else ({1: s}, {2: s, 3: s} if mask == "float" else {1: s})
+    _run(tmp_path, SelfAttention(mask), inputs(6), dynamic, [2, 3, 9, 33, 65, 129, 200], inputs, fills=FILLS, atol=1e-4,
+         decompose=decompose)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["attention-op", "decomposed"])
+def test_static_queries_over_padded_keys(tmp_path, decompose):
+    s = Dim("s", min=1, max=200)
+    _run(tmp_path, LatentQueries(), (torch.randn(2, 6, 16),), ({1: s},), [1, 2, 9, 33, 129, 200], seq_input(2, 16),
+         fills=FILLS, atol=1e-4, decompose=decompose)
+
+
+def test_plan_buckets_refuses_a_program_it_cannot_bucket(tmp_path):
+    """Reversing a flattened [2, s] (a product of padded dims, not a prefix) cannot be
+    bucketed: plan-buckets says so, naming the node, instead of printing a plan that compile
+    would then fail on; --buckets off runs it."""
+
+    class FlipFlat(nn.Module):
+        def forward(self, x):
+            return torch.flip(x.reshape(-1), [0])
+
+    ep = torch.export.export(FlipFlat(), (torch.randn(2, 8),), dynamic_shapes=({1: Dim("s", min=2, max=64)},))
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep, pt2)
+    p = subprocess.run([TPUC, "plan-buckets", pt2], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout == "", p.stdout + p.stderr
+    assert "cannot be bucketed" in p.stderr and "`reverse` at node `flip`" in p.stderr, p.stderr
+    assert "--buckets off" in p.stderr, p.stderr
+    x = torch.randn(2, 13)
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "want.npy", torch.flip(x.reshape(-1), [0]).numpy())
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--expect", str(tmp_path / "want.npy"),
+                        "--buckets", "off", "--no-cache", "--atol", "1e-5"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_two_symbols_batch_and_sequence(tmp_path):

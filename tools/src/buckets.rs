@@ -9,7 +9,8 @@ use crate::common::{named, Failure};
 #[derive(Args, Clone, Default)]
 pub struct BucketArgs {
     /// The bucket policy: auto, linear:K, a list such as 128,256,512, or hist:FILE[:N];
-    /// NAME=POLICY sets one symbol's (repeatable) [default: auto].
+    /// NAME=POLICY sets one symbol's (repeatable) [default: auto]. `off` (run only): no
+    /// buckets, one compile per input shape.
     #[arg(long = "buckets", value_name = "[NAME=]POLICY")]
     buckets: Vec<String>,
     /// The same as --buckets [NAME=]hist:FILE.
@@ -28,6 +29,23 @@ pub struct BucketArgs {
 }
 
 impl BucketArgs {
+    /// Whether `--buckets off` was given: no buckets, one static program per input shape. It
+    /// names no symbol and takes no other bucket flag.
+    pub fn off(&self) -> Result<bool, Failure> {
+        let is_off = |b: &String| b.trim().eq_ignore_ascii_case("off");
+        if !self.buckets.iter().any(is_off) {
+            if let Some(b) = self.buckets.iter().find(|b| named(b).is_some_and(|(_, p)| p.trim().eq_ignore_ascii_case("off"))) {
+                return Err(Failure::User(format!("bad --buckets `{b}`: `off` turns buckets off for every symbol; give it as --buckets off")));
+            }
+            return Ok(false);
+        }
+        if self.buckets.len() > 1 || !self.hist.is_empty() {
+            return Err(Failure::User("--buckets off compiles one program per shape: it takes no other bucket policy".into()));
+        }
+        Ok(true)
+    }
+
+
     /// The bucket plan of the program's symbols.
     pub fn plan_for(&self, module: &tpuc_ir::Module) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
         use tpuc_driver::buckets::SymbolRange;
@@ -36,6 +54,11 @@ impl BucketArgs {
 
     pub fn plan(&self, mut ranges: Vec<tpuc_driver::buckets::SymbolRange>) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
         use tpuc_driver::buckets::{self, BucketPolicy, SymbolRange};
+        if self.off()? {
+            return Err(Failure::User(
+                "--buckets off compiles one program per input shape, which only `tpuc run` knows: give a bucket policy here, or export with static shapes".into(),
+            ));
+        }
         let a = self;
         let known = |ranges: &[SymbolRange], name: &str, flag: &str| -> Result<usize, Failure> {
             ranges.iter().position(|r| r.name == name).ok_or_else(|| {

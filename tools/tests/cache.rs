@@ -192,10 +192,35 @@ fn miss_explanations_name_the_component_that_changed() {
     .output()
     .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("miss") && text.contains("topology v6e:2x2 → v5e:2x2"), "{text}");
+    // Another topology is not compared with this one: it is a first compile.
+    assert!(text.contains("miss") && text.contains("first compile of this graph for tpu v5e:2x2; it is cached for tpu v6e:2x2"), "{text}");
+    assert!(!text.contains('→'), "{text}");
     let v = compile_json(&root.0, &["--target", "tpu", "--topology", "v6e:2x2", "--partitions", "4"]);
     assert_eq!(v["cache"], "miss");
-    assert!(v["cache_note"].as_str().unwrap().contains("partitions=1 → partitions=4"), "{v}");
+    assert_eq!(v["cache_note"], "compile options: partitions=1 → partitions=4 (closest entry for this graph, in shm)", "{v}");
+}
+
+/// The first TPU compile of a program compiled for the CPU before is a plain miss: the
+/// summary line is not stretched by a comparison with the CPU entry (every component of which
+/// differs). `-v` says what else is cached and how the closest entry differs.
+#[test]
+fn a_first_compile_for_a_target_or_topology_is_a_plain_miss() {
+    let root = ShmRoot::new("first-target");
+    assert_eq!(compile_json(&root.0, &[])["cache"], "miss");
+    let v = compile_json(&root.0, &["--target", "tpu", "--topology", "v5e:2x2"]);
+    assert_eq!((&v["cache"], &v["cache_note"]), (&"miss".into(), &serde_json::Value::Null), "{v}");
+    let model = fixture("gpt2_block/core.pt2");
+    let out = tpuc(&root.0, &["compile", "--cache-tier2", "t", "--target", "tpu", "--topology", "v6e:2x2", "-v", &model]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.contains("cache miss,") && !line.contains('→') && !line.contains("closest"), "{line}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("cache miss: first compile of this graph for tpu v6e:2x2; it is cached for cpu, tpu v5e:2x2"), "{log}");
+    assert!(log.contains("the closest entry (in shm) differs in: topology v5e:2x2 → v6e:2x2"), "{log}");
+    // Without -v nothing of it is printed.
+    let out = tpuc(&root.0, &["compile", "--cache-tier2", "t", "--target", "tpu", "--topology", "v5p:2x2x1", &model]).output().unwrap();
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("cache miss"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A lowering option (precision, bf16) changes the program, not the graph: the miss names
@@ -208,10 +233,11 @@ fn miss_explanations_name_a_lowering_option() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("lowering options: precision=highest conv_precision=highest bf16=off allow_excess_precision=off fusion=on → precision=high conv_precision=high bf16=off"), "{text}");
+    // Only the options that changed are named.
+    assert!(text.contains(": lowering options precision=highest → high, conv_precision=highest → high (closest entry"), "{text}");
     let v = compile_json(&root.0, &["--bf16"]);
     assert_eq!(v["cache"], "miss");
-    assert!(v["cache_note"].as_str().unwrap().contains("bf16=off allow_excess_precision=off fusion=on → precision=highest conv_precision=highest bf16=on"), "{v}");
+    assert_eq!(v["cache_note"], "lowering options bf16=off → on (closest entry for this graph, in shm)", "{v}");
 }
 
 /// `tpuc plugins` run where no plugin can be found (the binary copied away from the project's

@@ -104,8 +104,6 @@ fn a_failed_compile_is_returned_and_not_cached() {
         (out.source, &out.bytes[..]),
         (Source::Compiled, &[1u8, 2, 3][..])
     );
-    assert!(out
-        .miss_explanation
-        .unwrap()
-        .contains("no cached entry for this graph"));
+    // The first compile of the graph: a plain miss, nothing to compare with.
+    assert_eq!(out.miss_explanation, None);
 }

@@ -139,12 +139,12 @@ fn gcs_emulator() {
 
     // A miss on another host names the difference found in the remote index.
     let mut k2 = k.clone();
-    k2.topology = "v5e:2x2".into();
+    k2.plugin.platform_version = "libtpu 0.0.53".into();
     let c = mk(None, Some(&t3));
     let out = c.get_or_compile(&k2, ok(exe_bytes(&k2, 1000))).unwrap();
     let why = out.miss_explanation.unwrap();
     assert!(
-        why.contains("topology v6e:2x2 → v5e:2x2") && why.contains("in remote"),
+        why.contains("plugin version changed (libtpu 0.0.52 → libtpu 0.0.53)") && why.contains("in remote"),
         "{why}"
     );
     assert!(c.flush(Duration::from_secs(10)));

@@ -320,10 +320,6 @@ fn miss_explanations_name_the_changed_component() {
     type Change = Box<dyn Fn(&mut KeyComponents)>;
     let cases: Vec<(Change, &str)> = vec![
         (
-            Box::new(|k| k.topology = "v5e:2x2".into()),
-            "topology v6e:2x2 → v5e:2x2",
-        ),
-        (
             Box::new(|k| k.plugin.platform_version = "libtpu 0.0.53".into()),
             "plugin version changed",
         ),
@@ -354,9 +350,49 @@ fn miss_explanations_name_the_changed_component() {
         // Leave only the base entry for the next case.
         fs::remove_file(entry(dir.path(), &k)).unwrap();
     }
+    // Compile options whose summary is the same: said without contradicting it.
+    let mut k = base.clone();
+    k.compile_options.canonical = b"num_partitions=1 other=1".to_vec();
+    let why = cache(dir.path()).get_or_compile(&k, ok(vec![2; 100])).unwrap().miss_explanation.unwrap();
+    assert!(why.starts_with("compile options besides partitions=1 changed (closest"), "{why}");
+    fs::remove_file(entry(dir.path(), &k)).unwrap();
     let other = kc("shm-explain-other-graph");
     let why = cache(dir.path()).explain(&other).miss_reason.unwrap();
     assert!(why.starts_with("no cached entry for this graph"), "{why}");
+}
+
+/// The first compile of a graph for a target or a topology is a plain miss: it is not
+/// compared with an entry another target or topology needed (every component would differ,
+/// none of it news). `explain` says what the graph is cached for instead.
+#[test]
+fn a_first_compile_for_a_target_or_topology_is_a_plain_miss() {
+    let dir = temp_dir("shm-first");
+    let base = kc("shm-first");
+    cache(dir.path()).get_or_compile(&base, ok(vec![1; 100])).unwrap();
+    let mut cpu = base.clone();
+    cpu.target = "cpu".into();
+    cpu.topology = String::new();
+    cpu.plugin.platform_name = "cpu".into();
+    cpu.plugin.pjrt_api_version = "0.115".into();
+    let mut v5e = base.clone();
+    v5e.topology = "v5e:2x2".into();
+    for (k, what) in [(&v5e, "tpu v5e:2x2"), (&cpu, "cpu")] {
+        let c = cache(dir.path());
+        let ex = c.explain(k);
+        assert_eq!(
+            ex.miss_reason.as_deref(),
+            Some(format!("first compile of this graph for {what}; it is cached for tpu v6e:2x2").as_str())
+        );
+        let out = c.get_or_compile(k, ok(vec![2; 100])).unwrap();
+        assert_eq!((out.source, out.miss_explanation), (Source::Compiled, None));
+        fs::remove_file(entry(dir.path(), k)).unwrap();
+    }
+    // Two entries of the same target and topology are compared, whatever else is cached.
+    cache(dir.path()).get_or_compile(&cpu, ok(vec![2; 100])).unwrap();
+    let mut cpu2 = cpu.clone();
+    cpu2.plugin.pjrt_api_version = "0.116".into();
+    let why = cache(dir.path()).get_or_compile(&cpu2, ok(vec![3; 100])).unwrap().miss_explanation.unwrap();
+    assert_eq!(why, "PJRT API version 0.115 → 0.116 (closest entry for this graph, in shm)");
 }
 
 #[test]

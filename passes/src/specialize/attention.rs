@@ -6,7 +6,7 @@ use super::layouts::kept_reshape_dim;
 use super::masks::Fill;
 use super::ops::Step;
 use super::{prefix, Sp, R};
-use tpuc_ir::{DimLayout, Layout, OpId, Opcode, Scalar, ValueId};
+use tpuc_ir::{DimLayout, Layout, OpId, Opcode, Scalar, TensorType, ValueId};
 
 impl Sp<'_> {
     /// Masked with -inf along the dimension, unless its padding is known to be -inf.
@@ -49,43 +49,100 @@ impl Sp<'_> {
         Ok(Step::Emit(ins, vec![lays[0].clone(), lays[0].clone(), lays[0].clone()]))
     }
 
-    /// Padded keys (set to 0, values too) only with is_causal and queries padded alike.
+    /// Padded keys are set to 0 (values too) and masked out by a `-inf` bias (a `false` in a
+    /// boolean mask), so a valid query weighs exactly the valid keys, causal or not; causal
+    /// attention over queries padded as its keys needs no bias. Mask dims are laid out as the
+    /// queries and keys they cover (or broadcast).
     pub(super) fn attention(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
         let a = &d.attrs;
-        let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
-        let r = rank(0);
+        let r = old.values[d.operands()[0]].ty.rank();
         let (q, k, v) = (&lays[0], &lays[1], &lays[2]);
         if !q[r - 1].is_exact() || !k[r - 1].is_exact() || !v[r - 1].is_exact() {
             return Err(self.fail("the head dim is padded"));
-        }
-        let causal = a.bool("is_causal").unwrap_or(false);
-        let keys_ok = k[r - 2].is_exact() || causal && q[r - 2] == k[r - 2] && ins.len() == 3;
-        if !keys_ok {
-            return Err(self.fail(format!(
-                "attends over padded keys ({}) without is_causal over equally padded queries",
-                self.padded_dim_note(d.operands()[1], r - 2)
-            )));
-        }
-        if ins.len() == 4 && lays[3].iter().any(|x| !x.is_exact()) {
-            return Err(self.fail("the attention mask has a padded dim"));
         }
         let mut l = Vec::new();
         for i in 0..r - 2 {
             let x = self.unify(&q[i], &k[i], d.operands()[1], i)?;
             l.push(self.unify(&x, &v[i], d.operands()[2], i)?);
         }
+        let key = self.unify(&k[r - 2], &v[r - 2], d.operands()[2], r - 2)?;
+        // A mask's dims line up with the scores' [.., L, S] from the end; each is broadcast
+        // (size 1) or laid out as the batch, query or key dim it covers.
+        if let (Some(&m), Some(ml)) = (d.operands().get(3), lays.get(3)) {
+            let mdims = &old.values[m].ty.dims;
+            let Some(off) = r.checked_sub(ml.len()) else {
+                return Err(self.fail(format!("the mask has more dims ({}) than the scores ({r})", ml.len())));
+            };
+            for (i, x) in ml.iter().enumerate() {
+                if mdims[i] == tpuc_ir::Dim::Static(1) {
+                    continue;
+                }
+                let want = match off + i {
+                    j if j == r - 1 => &key,
+                    j if j == r - 2 => &q[r - 2],
+                    j => &l[j],
+                };
+                self.unify(x, want, m, i)?;
+            }
+        }
         l.push(q[r - 2].clone());
         l.push(DimLayout::Exact);
-        // Causal attention never weighs a padded key for a valid query, but a weight of
-        // 0 times a NaN in a padded key or value is NaN: padded keys and values are 0.
-        let (k, v) = (lays[1].clone(), lays[2].clone());
-        let km = self.mask(ins[1], &k, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
-        let vm = self.mask(ins[2], &v, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
+        if key.is_exact() {
+            return Ok(Step::Emit(ins, vec![l]));
+        }
+        // A weight of 0 (or a bias of -inf) times a NaN in a padded key or value is NaN:
+        // padded keys and values are 0, so the scores of padded keys are finite.
+        let mut kl = k.clone();
+        kl[r - 2] = key.clone();
+        let mut vl = v.clone();
+        vl[r - 2] = key.clone();
         let mut new_ins = ins.clone();
-        new_ins[1] = km;
-        new_ins[2] = vm;
+        new_ins[1] = self.mask(ins[1], &kl, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
+        new_ins[2] = self.mask(ins[2], &vl, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
+        // Causal attention never weighs a key past its query: over queries padded as the
+        // keys, a valid query sees only valid keys.
+        let causal = a.bool("is_causal").unwrap_or(false);
+        if causal && q[r - 2] == key && ins.len() == 3 {
+            return Ok(Step::Emit(new_ins, vec![l]));
+        }
+        let s = self.shape(ins[1])[r - 2];
+        let dt = old.values[d.operands()[0]].ty.dtype;
+        let mask = match ins.get(3) {
+            // The caller's mask, widened along the keys where it broadcasts, with its padded
+            // keys replaced: `false`, or -inf for an additive mask (NaN and +inf included).
+            Some(&m) => {
+                let mut shape = self.shape(m);
+                let mdt = self.new.values[m].ty.dtype;
+                let mut m = m;
+                if shape.last() != Some(&s) {
+                    let rank = shape.len();
+                    let dims: Vec<i64> = (0..rank as i64).collect();
+                    if rank == 0 {
+                        shape.push(s);
+                    } else {
+                        shape[rank - 1] = s;
+                    }
+                    let full: Vec<tpuc_ir::Dim> = shape.iter().map(|&x| tpuc_ir::Dim::Static(x)).collect();
+                    m = self.b().broadcast_in_dim(m, &dims, full).map_err(|e| self.ir(e))?;
+                }
+                let mut ml = vec![DimLayout::Exact; shape.len()];
+                ml[shape.len() - 1] = key.clone();
+                let fill = if mdt.is_bool() { Scalar::Bool(false) } else { mdt.lowest() };
+                self.mask(m, &ml, &[shape.len() - 1], Fill::Scalar(fill))?
+            }
+            // A [1, S] bias: 0 at valid keys, -inf at padded ones.
+            None => {
+                let zero = self.b().splat(Scalar::Float(0.0), TensorType::from_static(dt, &[1, s])).map_err(|e| self.ir(e))?;
+                self.mask(zero, &vec![DimLayout::Exact, key.clone()], &[1], Fill::Scalar(dt.lowest()))?
+            }
+        };
+        if new_ins.len() == 4 {
+            new_ins[3] = mask;
+        } else {
+            new_ins.push(mask);
+        }
         Ok(Step::Emit(new_ins, vec![l]))
     }
 

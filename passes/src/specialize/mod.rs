@@ -17,8 +17,11 @@
 //!   padding; an op that mixes positions along a padded dim first replaces the padding with a
 //!   neutral value by `select(iota < n, x, fill)` (reduction identities, 0 for matmul
 //!   contraction and convolution, -inf for softmax, the pad value for `pad`), so no NaN or
-//!   Inf can leak; ops whose valid outputs never read padding (prefix scans, causal attention,
-//!   row-wise ops) need nothing; `reverse` is rewritten as a gather from `n - 1 - i`; a
+//!   Inf can leak; attention zeroes padded keys and values and masks the keys out of the
+//!   scores with `-inf` (`false` in a boolean mask), so padded query rows may hold garbage
+//!   (NaN for a fully masked row) that stays in the padding; ops whose valid outputs never
+//!   read padding (prefix scans, causal attention over queries padded as its keys, row-wise
+//!   ops) need nothing; `reverse` is rewritten as a gather from `n - 1 - i`; a
 //!   contraction's zero mask is placed where its operand is produced (up through reshapes,
 //!   transposes and slices that keep the dim), where XLA fuses it with the producer;
 //! - operands that pair positions (elementwise ops, contractions) must lay a padded dim out

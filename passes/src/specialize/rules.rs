@@ -53,7 +53,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Scan => (Conditional, "prefix scans never read padding; a multi-factor dim is rejected"),
         Softmax | LogSoftmax => (Masks, "masked with -inf along the dimension"),
         LayerNorm => (Conditional, "normalized dims not padded"),
-        Attention => (Conditional, "padded keys (set to 0, values too) only with is_causal and queries padded alike"),
+        Attention => (Masks, "padded keys set to 0 (values too) and masked out with -inf (false in a boolean mask); the head dim not padded"),
         Gather => (Conditional, "padded dims indexed, taken whole, batch dims of the indices, or batch dims laid out alike in operand and indices"),
         Scatter => (Masks, "padded index positions point out of bounds (skipped); update windows whole"),
         SelectAndScatterAdd => (Conditional, "no padded dims"),

@@ -4,7 +4,7 @@
 use clap::Args;
 use std::path::PathBuf;
 
-use crate::buckets::BucketArgs;
+use crate::buckets::{bucket_combinations, BucketArgs};
 use crate::common::{named, write_output, Failure};
 
 #[derive(Args)]
@@ -43,16 +43,35 @@ fn parse_range(text: &str) -> Result<tpuc_driver::buckets::SymbolRange, Failure>
 
 pub fn run(a: PlanBucketsArgs) -> Result<(), Failure> {
     use tpuc_driver::buckets::SymbolRange;
+    if a.buckets.off()? {
+        return write_output(None, "buckets off: one compile per input shape (tpuc run --buckets off)\n");
+    }
+    let mut module = None;
     let ranges: Vec<SymbolRange> = match (&a.model, a.ranges.is_empty()) {
         (Some(_), false) => return Err(Failure::User("give MODEL or --range, not both".to_string())),
         (None, true) => return Err(Failure::User("give MODEL, or the symbols with --range NAME=LO..HI".to_string())),
         (Some(model), true) => {
             let imported = tpuc_driver::import(model)?;
-            imported.module.symbols.iter().map(|s| SymbolRange::new(&*s.name, s.min, s.max)).collect()
+            let ranges = imported.module.symbols.iter().map(|s| SymbolRange::new(&*s.name, s.min, s.max)).collect();
+            module = Some(imported.module);
+            ranges
         }
         (None, false) => a.ranges.iter().map(|r| parse_range(r)).collect::<Result<_, _>>()?,
     };
     let plan = a.buckets.plan(ranges)?;
+    // A plan is only worth printing for a program that buckets: every bucket is specialized
+    // (no compile), and the first that fails is the answer, naming the op and its node.
+    if let (Some(model), Some(m)) = (&a.model, &module) {
+        for bucket in bucket_combinations(&plan) {
+            if let Err(e) = tpuc_driver::check_bucket(m, &bucket) {
+                return Err(Failure::User(format!(
+                    "{} cannot be bucketed (bucket {}): {e}; run it with --buckets off (one compile per shape) or export it with static shapes",
+                    model.display(),
+                    tpuc_driver::dynamic::bucket_name(&bucket)
+                )));
+            }
+        }
+    }
     if a.json {
         let v = serde_json::to_value(&plan).map_err(|e| Failure::Internal(e.to_string()))?;
         return write_output(None, &format!("{v}\n"));

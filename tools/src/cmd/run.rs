@@ -44,7 +44,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
     /// Print one JSON object as the last line: `bucket` (the bucket run, for programs with
-    /// symbolic dims), `cache` (where the executable came from), `outputs` (their shapes),
+    /// symbolic dims; null with --buckets off), `cache` (where the executable came from), `outputs` (their shapes),
     /// `ok`, `h2d_bytes` and `d2h_bytes` (host <-> device traffic, weights included); with
     /// --repeat also `runs` and `median_us` {total, check, upload, execute, download} (a
     /// --mesh program: `devices` and `median_us.total`). With --steps: `losses`,
@@ -122,13 +122,23 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         }
         return finish_run(&a, &start, &outputs, Timing::of(&times), None, compiled.summary.cache);
     }
-    let imported = tpuc_driver::import(&a.model)?;
+    let mut imported = tpuc_driver::import(&a.model)?;
     if dynamic::append_seed(&imported.module, &mut inputs, a.seed) {
         tracing::info!("random ops seeded with --seed {}", a.seed);
     }
     let options = a.pipeline.options(false, a.target.target)?;
     let cache = a.target.cache.open();
-    let label = a.model.display().to_string();
+    let mut label = a.model.display().to_string();
+    // `--buckets off`: the program at the inputs' own sizes, static, one compile per shape
+    // (another graph per shape for the cache, as for buckets).
+    if a.buckets.off()? && !imported.module.symbols.is_empty() {
+        let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
+        let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
+        imported.module = dynamic::at_sizes(&imported.module, &sizes).map_err(DriverError::from)?;
+        imported.source = Default::default();
+        label = format!("{label} [{}]", dynamic::bucket_name(&sizes));
+        tracing::info!("buckets off: compiled at {}", dynamic::bucket_name(&sizes));
+    }
     let (outputs, bucket, source) = if imported.module.symbols.is_empty() {
         let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
         report_passes(&lowered, options.pass_timing);
