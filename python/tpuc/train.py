@@ -497,10 +497,23 @@ class TrainStep:
         micro = [t.chunk(k, 0)[0].detach() if k > 1 else t.detach() for t in tensors]
         wrapper = _LossModule(self.model, self.loss_fn, spec, template, positions)
         decomps = _decompositions()
-        try:
+        def export():
             with sdpa_kernel(SDPBackend.MATH):
-                joint, sig = aot_export_module(wrapper, tuple(micro), trace_joint=True, output_loss_index=0,
-                                               decompositions=decomps)
+                return aot_export_module(wrapper, tuple(micro), trace_joint=True, output_loss_index=0,
+                                         decompositions=decomps)
+
+        try:
+            try:
+                joint, sig = export()
+            except AssertionError as e:
+                if "did not receive a gradient" not in str(e):
+                    raise
+                # A parameter name the loss does not reach gets no gradient, which aot refuses:
+                # a parameter the model never uses, or one name of a tied weight that the
+                # forward reads under its other name (BERT's `cls.predictions.bias`). Such a
+                # name is traced as a constant of the step.
+                with _without_gradients(wrapper, micro):
+                    joint, sig = export()
         except TpucError:
             raise
         except Exception as e:
@@ -707,6 +720,31 @@ def _add(g: torch.fx.Graph, a: torch.fx.Node, b: torch.fx.Node) -> torch.fx.Node
     n = g.call_function(torch.ops.aten.add.Tensor, (a, b))
     n.meta["val"] = a.meta["val"]
     return n
+
+
+@contextlib.contextmanager
+def _without_gradients(wrapper: torch.nn.Module, args):
+    """While tracing: every parameter name that one eager forward's loss does not depend on is
+    registered with a copy that needs no gradient (each name of a tied weight counts alone, as
+    aot traces them)."""
+    names = dict(wrapper.named_parameters(remove_duplicate=False))
+    copies = {n: p.detach().clone().requires_grad_(p.requires_grad) for n, p in names.items()}
+    with torch.enable_grad():
+        (loss,) = torch.func.functional_call(wrapper, copies, tuple(args), tie_weights=False)
+    wanted = [n for n, c in copies.items() if c.requires_grad]
+    grads = torch.autograd.grad(loss, [copies[n] for n in wanted], allow_unused=True)
+    unused = [n for n, g in zip(wanted, grads) if g is None]
+    saved = []
+    for n in unused:
+        owner_path, _, attr = n.rpartition(".")
+        owner = wrapper.get_submodule(owner_path) if owner_path else wrapper
+        saved.append((owner, attr, owner._parameters[attr]))
+        owner._parameters[attr] = torch.nn.Parameter(names[n].detach().clone(), requires_grad=False)
+    try:
+        yield
+    finally:
+        for owner, attr, p in saved:
+            owner._parameters[attr] = p
 
 
 def _user_frame_of(e: BaseException) -> str | None:

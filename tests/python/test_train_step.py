@@ -455,3 +455,18 @@ def test_fsdp_step_for_a_tpu_topology_holds_a_fraction_of_the_state_per_device()
     assert sharded["partitions"] == 4
     a, b = whole["memory"]["argument_bytes"], sharded["memory"]["argument_bytes"]
     assert b <= 0.3 * a, f"fsdp arguments {b} bytes per device vs {a} replicated"
+
+
+def test_bert_masked_lm_with_a_tied_bias_read_under_one_name():
+    """BERT ties its decoder's weight and bias to other parameters; the forward reads the bias
+    under one of its two names, so aot sees a parameter name without a gradient."""
+    def make():
+        torch.manual_seed(0)
+        cfg = transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=64, max_position_embeddings=64,
+                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        return transformers.BertForMaskedLM(cfg).train()
+
+    (em, eo), (tm, to), _ = _train_both(make, _adamw, _lm_batches(128, n=10))
+    # The key bias: attention's softmax ignores what a key adds to every score of a query's row.
+    _compare_states(em, tm, eo, to, zero_grad={"attention.self.key.bias": (slice(None), 3e-5)})
