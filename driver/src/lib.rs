@@ -5,8 +5,9 @@
 //! ```
 //!
 //! Each stage's result is verified once in release builds: the importer verifies what it
-//! built, the pass manager the result of the pipeline (and after every pass with
-//! `verify_each`, always in debug builds), and the emitter trusts the pass manager. The
+//! built, and the driver the result of the pipeline (the pass manager verifies after every
+//! pass with `verify_each`, always in debug builds); the emitter takes that verification's
+//! proof ([`tpuc_ir::Verified`]), so it cannot see an unverified module. The
 //! StableHLO text is emitted once: the cache key hashes that same text ([`Lowered::key_program`]).
 //!
 //! Errors are split by whose fault they are: [`DriverError::is_user_error`] is true for bad
@@ -230,8 +231,7 @@ impl Lowered {
     pub fn key_program(&self) -> Result<Cow<'_, str>, DriverError> {
         match &self.stablehlo {
             Some(text) if self.stablehlo_is_key => Ok(Cow::Borrowed(text)),
-            // The pass manager verified the module at the end of the pipeline.
-            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_verified_stablehlo(
+            _ => Ok(Cow::Owned(tpuc_lowering_stablehlo::emit_stablehlo(
                 &self.module,
                 &key_emit_options(&self.ranks, self.donate_state),
             )?)),
@@ -340,11 +340,14 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         sh.to_ir(&mut module).map_err(DriverError::Options)?;
     }
     let mut timings = Timings::default();
-    {
-        let pm = pass_manager(options, &weights)?;
+    let last_pass = {
+        let mut pm = pass_manager(options, &weights)?;
+        // Verified once below, after the sharding steps too, for the emitter's proof.
+        pm.verify_at_end = false;
         timings.pass_details = pm.run(&mut module)?;
         timings.passes = timings.pass_details.iter().map(|t| (t.pass, t.elapsed)).collect();
-    }
+        pm.pass_names().last().map_or("<none>", |n| n).to_string()
+    };
     let mut notes: Vec<String> = timings.pass_details.iter().flat_map(|t| t.notes.iter().cloned()).collect();
     let mut sharding = MeshSharding::of_ir(&module);
     if let Some(sh) = &mut sharding {
@@ -373,12 +376,13 @@ pub fn lower(imported: Imported, options: &LowerOptions, emit: Emit) -> Result<L
         donate_state: options.donate_state,
         ..Default::default()
     };
+    // The pipeline's result, sharding included, verified once: the proof the emitter takes.
+    let verified = tpuc_ir::verify(&module).map_err(|errors| PassError::VerifyAfter { pass: last_pass, errors })?;
     let stablehlo = match emit {
         Emit::Ir => None,
         Emit::StableHlo => {
             let start = Instant::now();
-            // The pass manager verified the module at the end of the pipeline.
-            let text = tpuc_lowering_stablehlo::emit_verified_stablehlo(&module, &opts)?;
+            let text = tpuc_lowering_stablehlo::emit(verified, &opts)?;
             timings.emit = start.elapsed();
             Some(text)
         }

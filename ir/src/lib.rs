@@ -40,4 +40,4 @@ pub use layout::{DimLayout, Factor, Layout};
 pub use sharding::{DimAxes, Mesh};
 pub use sym::{is_symbol_name, Atom, SymExpr, Symbol, SymbolTable};
 pub use types::{Dim, TensorType};
-pub use verify::{verify, VerifyError};
+pub use verify::{verify, Verified, VerifyError};

@@ -43,12 +43,34 @@ impl fmt::Display for VerifyError {
     }
 }
 
-/// Verifies a module; `Ok` or every error found.
-pub fn verify(m: &Module) -> Result<(), Vec<VerifyError>> {
+/// A module the verifier accepted: the proof that code generation asks for (as naga's backends
+/// take the validator's `ModuleInfo`). It borrows the module, so the module cannot change while
+/// the proof lives; the only way to get one is [`verify`].
+#[derive(Clone, Copy, Debug)]
+pub struct Verified<'m> {
+    module: &'m Module,
+}
+
+impl<'m> Verified<'m> {
+    /// The verified module.
+    pub fn module(&self) -> &'m Module {
+        self.module
+    }
+}
+
+impl std::ops::Deref for Verified<'_> {
+    type Target = Module;
+    fn deref(&self) -> &Module {
+        self.module
+    }
+}
+
+/// Verifies a module: its proof ([`Verified`]), or every error found.
+pub fn verify(m: &Module) -> Result<Verified<'_>, Vec<VerifyError>> {
     let mut v = Verifier { m, errors: Vec::new(), defined: SecondaryMap::with_default(false) };
     v.run();
     if v.errors.is_empty() {
-        Ok(())
+        Ok(Verified { module: m })
     } else {
         Err(v.errors)
     }

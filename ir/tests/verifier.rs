@@ -13,7 +13,7 @@ fn module(body: &str) -> String {
 fn errors_of(text: &str) -> Vec<String> {
     let m = parse_module(text).unwrap_or_else(|e| panic!("does not parse: {e}\n{text}"));
     match verify(&m) {
-        Ok(()) => Vec::new(),
+        Ok(_) => Vec::new(),
         Err(es) => es.iter().map(|e| e.to_string()).collect(),
     }
 }

@@ -139,21 +139,14 @@ impl fmt::Display for VerifyErrors<'_> {
 
 /// Verifies `module` and writes it as StableHLO MLIR text.
 pub fn emit_stablehlo(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
-    tpuc_ir::verify(module).map_err(EmitError::Invalid)?;
-    emit(module, options)
+    emit(tpuc_ir::verify(module).map_err(EmitError::Invalid)?, options)
 }
 
-/// [`emit_stablehlo`] for a module its caller has just verified (the pass manager always
-/// verifies at its end), so that a compile verifies once per stage: the verification is not
-/// repeated here, except in debug builds.
-pub fn emit_verified_stablehlo(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
-    if cfg!(debug_assertions) {
-        tpuc_ir::verify(module).map_err(EmitError::Invalid)?;
-    }
-    emit(module, options)
-}
-
-fn emit(module: &Module, options: &EmitOptions) -> Result<String, EmitError> {
+/// Writes a verified module as StableHLO MLIR text. Only a [`tpuc_ir::Verified`] module is
+/// emitted: the proof comes from [`tpuc_ir::verify`], so a caller that has just verified (the
+/// driver, once after its passes) does not verify twice, and none can skip it.
+pub fn emit(module: tpuc_ir::Verified<'_>, options: &EmitOptions) -> Result<String, EmitError> {
+    let module = module.module();
     if module.funcs.is_empty() {
         return Err(EmitError::NoFunctions);
     }

@@ -76,6 +76,9 @@ pub struct PassManager<'p> {
     passes: Vec<Box<dyn Pass + 'p>>,
     /// Verify before the first pass and after every pass.
     pub verify_each: bool,
+    /// Verify the result of the pipeline (the default). A caller that verifies the module
+    /// itself right after (the driver, which needs [`tpuc_ir::Verified`] to emit) turns it off.
+    pub verify_at_end: bool,
     /// Print the IR to stderr after every pass.
     pub print_after_all: bool,
     /// Write `NN-<pass>.tpuc` files with the IR after every pass.
@@ -91,7 +94,7 @@ impl Default for PassManager<'_> {
 impl<'p> PassManager<'p> {
     /// An empty pipeline; verification after each pass is on in debug builds.
     pub fn new() -> Self {
-        PassManager { passes: Vec::new(), verify_each: cfg!(debug_assertions), print_after_all: false, dump_dir: None }
+        PassManager { passes: Vec::new(), verify_each: cfg!(debug_assertions), verify_at_end: true, print_after_all: false, dump_dir: None }
     }
 
     pub fn add(&mut self, pass: impl Pass + 'p) -> &mut Self {
@@ -109,7 +112,8 @@ impl<'p> PassManager<'p> {
         self.passes.iter().map(|p| p.name()).collect()
     }
 
-    /// Runs every pass in order. The module is always verified at the end.
+    /// Runs every pass in order. The module is verified after every pass with `verify_each`,
+    /// else at the end unless `verify_at_end` is off.
     pub fn run(&self, module: &mut Module) -> Result<Vec<PassTiming>, PassError> {
         if self.verify_each {
             verify(module).map_err(|errors| PassError::VerifyBefore { errors })?;
@@ -145,7 +149,7 @@ impl<'p> PassManager<'p> {
                 self.dump(dir, i + 1, pass.name(), module)?;
             }
         }
-        if !self.verify_each {
+        if !self.verify_each && self.verify_at_end {
             let last = self.passes.last().map_or("<none>", |p| p.name());
             verify(module).map_err(|errors| PassError::VerifyAfter { pass: last.to_string(), errors })?;
         }
