@@ -17,7 +17,7 @@ pub struct Bf16Matmuls;
 
 impl Pass for Bf16Matmuls {
     fn name(&self) -> &'static str {
-        "bf16"
+        crate::PassId::Bf16.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
@@ -33,8 +33,8 @@ impl Pass for Bf16Matmuls {
                     continue;
                 }
                 let mut ins = Inserter::before(m, op);
-                let lb = ins.convert(l, DType::BF16).map_err(|e| crate::failed("bf16", e))?;
-                let rb = if r == l { lb } else { ins.convert(r, DType::BF16).map_err(|e| crate::failed("bf16", e))? };
+                let lb = ins.convert(l, DType::BF16).map_err(|e| crate::failed(crate::PassId::Bf16.name(), e))?;
+                let rb = if r == l { lb } else { ins.convert(r, DType::BF16).map_err(|e| crate::failed(crate::PassId::Bf16.name(), e))? };
                 m.set_operand(op, 0, lb);
                 m.set_operand(op, 1, rb);
                 changed = true;

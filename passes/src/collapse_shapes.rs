@@ -17,7 +17,7 @@
 //!
 //! Changed when a rule fired; bypassed ops are left for `dce`.
 
-use crate::util::{all_blocks, def_is, Inserter};
+use crate::util::{def_is, Inserter};
 use crate::{Pass, PassError};
 use tpuc_ir::{Attr, Attrs, Dim, Module, OpId, Opcode, ValueId};
 
@@ -170,27 +170,29 @@ pub fn collapse_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
         Rewrite::New(opcode, x, attrs) => {
             let rt = m.values[m.ops[op].results()[0]].ty.clone();
             let given = if opcode == Opcode::Transpose { None } else { Some(rt) };
-            Inserter::before(m, op).build1(opcode, &[x], attrs, given).map_err(|e| crate::failed("collapse-shapes", e))?
+            Inserter::before(m, op).build1(opcode, &[x], attrs, given).map_err(|e| crate::failed(crate::PassId::CollapseShapes.name(), e))?
         }
     };
     crate::util::replace_op(m, op, v);
     Ok(true)
 }
 
+impl crate::rewrite::Rule for CollapseShapes {
+    fn name(&self) -> &'static str {
+        crate::PassId::CollapseShapes.name()
+    }
+
+    fn apply(&self, m: &mut Module, op: OpId) -> Result<bool, PassError> {
+        collapse_op(m, op)
+    }
+}
+
 impl Pass for CollapseShapes {
     fn name(&self) -> &'static str {
-        "collapse-shapes"
+        crate::PassId::CollapseShapes.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let mut changed = false;
-        for b in all_blocks(m) {
-            for op in m.block_ops(b) {
-                if m.ops[op].block() == Some(b) {
-                    changed |= collapse_op(m, op)?;
-                }
-            }
-        }
-        Ok(changed)
+        crate::rewrite::sweep(m, &[self])
     }
 }

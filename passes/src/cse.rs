@@ -77,7 +77,7 @@ fn same(m: &Module, a: OpId, b: OpId) -> bool {
 
 impl Pass for Cse {
     fn name(&self) -> &'static str {
-        "cse"
+        crate::PassId::Cse.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

@@ -13,7 +13,7 @@ pub struct Dce;
 
 impl Pass for Dce {
     fn name(&self) -> &'static str {
-        "dce"
+        crate::PassId::Dce.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

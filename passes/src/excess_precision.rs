@@ -16,7 +16,7 @@ pub struct ExcessPrecision;
 
 impl Pass for ExcessPrecision {
     fn name(&self) -> &'static str {
-        "excess-precision"
+        crate::PassId::ExcessPrecision.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

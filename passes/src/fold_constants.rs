@@ -9,7 +9,7 @@
 //! cheaper than its constant). The constant keeps the folded op's provenance. Changed when
 //! an op was folded; the folded ops' operands are left for `dce`.
 
-use crate::util::{all_blocks, constant_of, Inserter};
+use crate::util::{constant_of, Inserter};
 use crate::{Pass, PassError};
 use tpuc_ir::{Module, OpId, Opcode};
 
@@ -38,25 +38,27 @@ pub fn fold_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
     if value.ty != m.values[m.ops[op].results()[0]].ty {
         return Ok(false);
     }
-    let c = Inserter::before(m, op).constant(value).map_err(|e| crate::failed("fold-constants", e))?;
+    let c = Inserter::before(m, op).constant(value).map_err(|e| crate::failed(crate::PassId::FoldConstants.name(), e))?;
     crate::util::replace_op(m, op, c);
     Ok(true)
 }
 
+impl crate::rewrite::Rule for FoldConstants {
+    fn name(&self) -> &'static str {
+        crate::PassId::FoldConstants.name()
+    }
+
+    fn apply(&self, m: &mut Module, op: OpId) -> Result<bool, PassError> {
+        fold_op(m, op)
+    }
+}
+
 impl Pass for FoldConstants {
     fn name(&self) -> &'static str {
-        "fold-constants"
+        crate::PassId::FoldConstants.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let mut changed = false;
-        for b in all_blocks(m) {
-            for op in m.block_ops(b) {
-                if m.ops[op].block() == Some(b) {
-                    changed |= fold_op(m, op)?;
-                }
-            }
-        }
-        Ok(changed)
+        crate::rewrite::sweep(m, &[self])
     }
 }

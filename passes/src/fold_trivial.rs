@@ -17,7 +17,7 @@
 //!
 //! Changed when a rule fired.
 
-use crate::util::{all_blocks, def_is, exactly_representable, is_splat, splat_of, Inserter};
+use crate::util::{def_is, exactly_representable, is_splat, splat_of, Inserter};
 use crate::{Pass, PassError};
 use tpuc_ir::{Attrs, Module, OpId, Opcode, ValueId};
 
@@ -81,7 +81,7 @@ fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
             } else if same(x) {
                 Some(x)
             } else {
-                Some(Inserter::before(m, op).build1(Convert, &[x], Attrs::new(), Some(rt)).map_err(|e| crate::failed("fold-trivial", e))?)
+                Some(Inserter::before(m, op).build1(Convert, &[x], Attrs::new(), Some(rt)).map_err(|e| crate::failed(crate::PassId::FoldTrivial.name(), e))?)
             }
         }
         Reshape if same(xs[0]) => Some(xs[0]),
@@ -117,20 +117,22 @@ pub fn fold_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
     }
 }
 
+impl crate::rewrite::Rule for FoldTrivial {
+    fn name(&self) -> &'static str {
+        crate::PassId::FoldTrivial.name()
+    }
+
+    fn apply(&self, m: &mut Module, op: OpId) -> Result<bool, PassError> {
+        fold_op(m, op)
+    }
+}
+
 impl Pass for FoldTrivial {
     fn name(&self) -> &'static str {
-        "fold-trivial"
+        crate::PassId::FoldTrivial.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let mut changed = false;
-        for b in all_blocks(m) {
-            for op in m.block_ops(b) {
-                if m.ops[op].block() == Some(b) {
-                    changed |= fold_op(m, op)?;
-                }
-            }
-        }
-        Ok(changed)
+        crate::rewrite::sweep(m, &[self])
     }
 }

@@ -18,11 +18,11 @@ pub struct InlineWeights<'w> {
 
 impl Pass for InlineWeights<'_> {
     fn name(&self) -> &'static str {
-        "inline-weights"
+        crate::PassId::InlineWeights.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
-        let fail = |message: String| PassError::Failed { pass: "inline-weights".into(), message };
+        let fail = |message: String| PassError::Failed { pass: crate::PassId::InlineWeights.name().into(), message };
         let Some(fi) = m.funcs.iter().position(|f| f.name == "main") else {
             return Ok(false);
         };

@@ -26,6 +26,7 @@ pub mod inline_weights;
 mod manager;
 pub mod narrow_64bit;
 pub mod precision;
+pub mod rewrite;
 pub mod sdpa_guard;
 pub mod specialize;
 pub mod transpose_dot;

@@ -232,7 +232,7 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
 
 impl Narrow64 {
     fn block(&self, m: &mut Module, b: tpuc_ir::BlockId, is_entry_of_func: bool) -> Result<Counts, PassError> {
-        let fail = |e: tpuc_ir::IrError| crate::failed("narrow-64bit", e);
+        let fail = |e: tpuc_ir::IrError| crate::failed(crate::PassId::Narrow64.name(), e);
         let mut st = State { narrowed: HashMap::new(), range: HashMap::new(), counts: Counts::default() };
         // f64 arguments: converted once where the body starts.
         if is_entry_of_func {
@@ -347,8 +347,8 @@ impl Narrow64 {
                 if m.values[idx].ty.dtype == DType::I64 && m.values[idx].ty.is_static() {
                     let ty = m.values[idx].ty.clone();
                     let mut ins = Inserter::before(m, op);
-                    let lo = ins.constant(TensorData::splat(ty.clone(), Scalar::Int(i32::MIN as i64)).map_err(|e| crate::failed("narrow-64bit", e))?).map_err(fail)?;
-                    let hi = ins.constant(TensorData::splat(ty.clone(), Scalar::Int(i32::MAX as i64)).map_err(|e| crate::failed("narrow-64bit", e))?).map_err(fail)?;
+                    let lo = ins.constant(TensorData::splat(ty.clone(), Scalar::Int(i32::MIN as i64)).map_err(|e| crate::failed(crate::PassId::Narrow64.name(), e))?).map_err(fail)?;
+                    let hi = ins.constant(TensorData::splat(ty.clone(), Scalar::Int(i32::MAX as i64)).map_err(|e| crate::failed(crate::PassId::Narrow64.name(), e))?).map_err(fail)?;
                     let a = ins.build1(Opcode::Min, &[idx, hi], Attrs::new(), None).map_err(fail)?;
                     let c = ins.build1(Opcode::Max, &[a, lo], Attrs::new(), None).map_err(fail)?;
                     let n32 = ins.build1(Opcode::Convert, &[c], Attrs::new(), Some(TensorType::clone(&ty).with_dtype(DType::I32))).map_err(fail)?;
@@ -368,7 +368,7 @@ impl Narrow64 {
 
 impl Pass for Narrow64 {
     fn name(&self) -> &'static str {
-        "narrow-64bit"
+        crate::PassId::Narrow64.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

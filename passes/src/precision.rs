@@ -26,7 +26,7 @@ pub struct SetPrecision {
 
 impl Pass for SetPrecision {
     fn name(&self) -> &'static str {
-        "precision"
+        crate::PassId::Precision.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

@@ -181,7 +181,7 @@ fn unmasked_scores(m: &Module, mut s: ValueId) -> bool {
 
 impl Pass for SdpaGuard {
     fn name(&self) -> &'static str {
-        "sdpa-guard"
+        crate::PassId::SdpaGuard.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

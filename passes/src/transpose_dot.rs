@@ -52,7 +52,7 @@ fn fold_side(m: &mut Module, dot: OpId, side: usize) -> bool {
 
 impl Pass for TransposeIntoDot {
     fn name(&self) -> &'static str {
-        "transpose-into-dot"
+        crate::PassId::TransposeIntoDot.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

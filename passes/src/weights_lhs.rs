@@ -56,7 +56,7 @@ fn applies(m: &Module, dot: OpId) -> bool {
 pub const MIN_WEIGHT_ELEMENTS: i64 = 512 * 1024;
 
 fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
-    let fail = |e| crate::failed("weights-lhs", e);
+    let fail = |e| crate::failed(crate::PassId::WeightsLhs.name(), e);
     let d = m.ops[dot].clone();
     let (x, w) = (d.operands()[0], d.operands()[1]);
     let lr = m.values[x].ty.rank() as i64;
@@ -91,7 +91,7 @@ fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
 
 impl Pass for WeightsLhs {
     fn name(&self) -> &'static str {
-        "weights-lhs"
+        crate::PassId::WeightsLhs.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

@@ -49,7 +49,7 @@ const CLONE_CONSTANT_LIMIT: i64 = 4096;
 /// closed group: they reach a value that is neither an input nor computable from constants, or
 /// an op that is impure or has regions, or an input is defined after the composite's place.
 pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId>, PassError> {
-    let fail = |e: tpuc_ir::IrError| crate::failed("fuse", e);
+    let fail = |e: tpuc_ir::IrError| crate::failed(crate::PassId::Fuse.name(), e);
     let inputs: HashSet<ValueId> = mt.inputs.iter().copied().collect();
     if inputs.len() != mt.inputs.len() || mt.outputs.iter().any(|o| inputs.contains(o)) {
         return Ok(None);
@@ -146,7 +146,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
 
 impl Pass for Fuse {
     fn name(&self) -> &'static str {
-        "fuse"
+        crate::PassId::Fuse.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {

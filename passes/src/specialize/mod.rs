@@ -84,12 +84,12 @@ pub struct Specialize {
 
 impl Pass for Specialize {
     fn name(&self) -> &'static str {
-        "specialize"
+        crate::PassId::Specialize.name()
     }
 
     fn run(&self, m: &mut Module) -> Result<bool, PassError> {
         let sizes = self.sizes.as_ref().ok_or_else(|| PassError::Failed {
-            pass: "specialize".into(),
+            pass: crate::PassId::Specialize.name().into(),
             message: "no bucket to specialize to: give a size for every symbol (--bucket NAME=SIZE)".into(),
         })?;
         // A module without symbols is its only bucket.
@@ -129,7 +129,7 @@ pub fn result_layouts(m: &Module) -> Vec<Layout> {
 /// Specializes `module`'s `main` to the bucket `sizes` (a padded size per symbol): the new
 /// module, each result's layout recorded in its `ResultInfo`. See the module docs.
 pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Module, PassError> {
-    let fail = |m: String| PassError::Failed { pass: "specialize".into(), message: m };
+    let fail = |m: String| PassError::Failed { pass: crate::PassId::Specialize.name().into(), message: m };
     let func = module.main_func().ok_or_else(|| fail("the module has no `main`".into()))?;
     for s in module.symbols.iter() {
         match sizes.get(&*s.name) {
@@ -200,7 +200,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         info.layout = (!layout.iter().all(DimLayout::is_exact)).then_some(layout);
     }
     new.compact();
-    tpuc_ir::verify(&new).map_err(|errs| PassError::VerifyAfter { pass: "specialize".into(), errors: errs })?;
+    tpuc_ir::verify(&new).map_err(|errs| PassError::VerifyAfter { pass: crate::PassId::Specialize.name().into(), errors: errs })?;
     Ok(new)
 }
 
@@ -264,7 +264,7 @@ impl<'a> Sp<'a> {
         if let Some(rule) = rule {
             m += &format!(" (bucketing rule: {rule})");
         }
-        PassError::Failed { pass: "specialize".into(), message: m }
+        PassError::Failed { pass: crate::PassId::Specialize.name().into(), message: m }
     }
 
     fn ir(&self, e: tpuc_ir::IrError) -> PassError {
