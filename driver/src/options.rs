@@ -62,6 +62,44 @@ pub const OPTIONS: &[OptionSpec] = &[
     opt("buckets", "TPUC_BUCKETS", Some("--buckets"), "`auto`", "symbolic sizes: `auto`, `linear:K`, a list `128,256,512`, or `off` (one compile per shape)"),
 ];
 
+/// Checks the value of option `name` given as a word (a `torch.compile` option or its `TPUC_*`
+/// variable) with the parser its owner uses, and returns it normalized (trimmed, lower case,
+/// a bucket list without spaces); the error names the option and the valid words. Options
+/// without a word syntax of their own pass through.
+pub fn normalize(name: &str, value: &str) -> Result<String, String> {
+    use tpuc_ir::AttrEnum;
+    let v = value.trim();
+    let bad = |why: String| format!("option {name}={value:?}: {why}");
+    match name {
+        "target" => {
+            let t: crate::Target = v.to_ascii_lowercase().parse().map_err(|e: tpuc_platform::UnknownTarget| bad(e.to_string()))?;
+            Ok(t.name().to_string())
+        }
+        "precision" | "conv_precision" => {
+            let p: crate::Precision = v.to_ascii_lowercase().parse().map_err(bad)?;
+            Ok(p.name().to_string())
+        }
+        "buckets" => {
+            let words = v.to_ascii_lowercase().replace(' ', "");
+            if words != "off" {
+                words.parse::<crate::buckets::BucketPolicy>().map_err(|e| bad(e.to_string()))?;
+            }
+            Ok(words)
+        }
+        "shard_policy" => {
+            let w = v.to_ascii_lowercase();
+            crate::spmd::ShardPolicy::parse(&w)
+                .map(|p| p.name().to_string())
+                .ok_or_else(|| bad(format!("expected one of {}", crate::spmd::ShardPolicy::NAMES.join(", "))))
+        }
+        "mesh" => {
+            crate::spmd::parse_mesh(v).map_err(bad)?;
+            Ok(v.to_string())
+        }
+        _ => Ok(value.to_string()),
+    }
+}
+
 /// The cache settings, given as options `cache_<name>` for the variable `TPUC_CACHE_<NAME>`.
 pub const CACHE_PREFIX: &str = "cache_";
 
@@ -108,6 +146,21 @@ mod tests {
         let named: Vec<&str> = s.split(' ').filter_map(|kv| kv.split_once('=').map(|(k, _)| k)).collect();
         let lowering: Vec<&str> = OPTIONS.iter().filter(|o| o.lowers).map(|o| o.name).collect();
         assert_eq!(named, lowering, "{s}");
+    }
+
+    #[test]
+    fn option_words_are_checked_by_their_owners_parsers() {
+        assert_eq!(normalize("target", " GPU ").unwrap(), "gpu");
+        assert!(normalize("target", "cuda").unwrap_err().contains("valid targets: cpu, tpu, gpu"));
+        assert_eq!(normalize("precision", "High").unwrap(), "high");
+        assert!(normalize("conv_precision", "tf32").unwrap_err().contains("conv_precision"));
+        assert_eq!(normalize("buckets", "128, 256").unwrap(), "128,256");
+        assert_eq!(normalize("buckets", "off").unwrap(), "off");
+        assert!(normalize("buckets", "sometimes").is_err());
+        assert_eq!(normalize("shard_policy", "FSDP").unwrap(), "fsdp");
+        assert!(normalize("shard_policy", "zero").unwrap_err().contains("dp, fsdp, tp"));
+        assert!(normalize("mesh", "x=two").is_err());
+        assert_eq!(normalize("dump_dir", "/tmp/x").unwrap(), "/tmp/x");
     }
 
     /// The README's table is this table: change the options here, then paste

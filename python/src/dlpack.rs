@@ -13,7 +13,7 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::{c_void, CStr};
-use tpuc_ir::DType;
+use tpuc_driver::DType;
 
 #[repr(C)]
 struct DLDevice {

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tpuc_driver::exec::{ExecError, Target};
 use tpuc_driver::session::{self, SessionOptions};
 use tpuc_driver::DriverError;
-use tpuc_frontend_fx::{ConstValue, InputSlot, NodeRef, OutputSlot};
+use tpuc_driver::{ConstValue, InputSlot, NodeRef, OutputSlot};
 
 /// Raises `tpuc.errors.TpucError(message, kind=..., node=..., target=..., source=..., graph=...)`.
 fn tpuc_error(py: Python<'_>, message: String, kind: &str, at: Option<NodeRef>, graph: Option<&str>) -> PyErr {
@@ -756,6 +756,19 @@ impl Program {
     }
 }
 
+/// Option `name`'s value checked and normalized by the driver (`tpuc_driver::options::normalize`):
+/// the one place option words are parsed. Raises ValueError naming the option and the valid words.
+#[pyfunction]
+fn normalize_option(name: &str, value: &str) -> PyResult<String> {
+    tpuc_driver::options::normalize(name, value).map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("tpuc: {e}")))
+}
+
+/// Whether this host has TPU chips (`target="tpu"` then needs no topology).
+#[pyfunction]
+fn tpu_chips_here() -> bool {
+    tpuc_driver::exec::tpu_chips_here()
+}
+
 /// Every FX target the importer lowers, sorted (`torch.ops.aten.add.Tensor`, `_operator.mul`, ...).
 /// The compile options (`tpuc_driver::options::OPTIONS`): per option (name, environment
 /// variable or None, command-line flag or None, default as documented, whether boolean, help),
@@ -769,7 +782,7 @@ fn option_specs() -> (Vec<(&'static str, Option<&'static str>, Option<&'static s
 
 #[pyfunction]
 fn supported_targets(py: Python<'_>) -> PyResult<Vec<String>> {
-    guard(py, "supported_targets", || Ok(tpuc_frontend_fx::supported_targets()))
+    guard(py, "supported_targets", || Ok(tpuc_driver::supported_targets()))
 }
 
 /// One line per discovered PJRT plugin.
@@ -861,6 +874,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_host_aliasing, m)?)?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;
     m.add_function(wrap_pyfunction!(option_specs, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_option, m)?)?;
+    m.add_function(wrap_pyfunction!(tpu_chips_here, m)?)?;
     m.add_function(wrap_pyfunction!(size_plan, m)?)?;
     m.add_function(wrap_pyfunction!(plugins, m)?)?;
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;

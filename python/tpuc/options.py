@@ -84,44 +84,30 @@ class Options:
         for name in values:
             if SPECS[name].boolean:
                 values[name] = _as_bool(name, values[name])
-        if "target" in values:
-            t = str(values["target"]).lower()
-            if t not in ("cpu", "tpu", "gpu"):
-                raise ValueError(f"tpuc: option target={values['target']!r}: expected 'cpu', 'gpu' or 'tpu'")
-            values["target"] = t
-        if "buckets" in values:
-            b = values["buckets"]
-            values["buckets"] = ",".join(str(x) for x in b) if isinstance(b, (list, tuple)) else str(b).strip().lower()
-            if values["buckets"] != "off":
-                from . import _C
-
-                try:
-                    _C.select_bucket(values["buckets"], 1, 1)
-                except Exception as e:
-                    raise ValueError(f"tpuc: option buckets={b!r}: {e}") from None
-        for name in ("precision", "conv_precision"):
+        if "buckets" in values and isinstance(values["buckets"], (list, tuple)):
+            values["buckets"] = ",".join(str(x) for x in values["buckets"])
+        # Words are checked by the driver's parsers (`_C.normalize_option`), the one place that
+        # knows them; an empty value leaves an option unset.
+        for name in ("target", "buckets", "precision", "conv_precision", "shard_policy", "mesh"):
             if name in values:
-                p = values[name]
-                p = None if p in ("", None) else str(p).strip().lower()
-                if p not in (None, "default", "high", "highest"):
-                    raise ValueError(f"tpuc: option {name}={values[name]!r}: expected 'default', 'high' or 'highest'")
-                values[name] = p
+                v = values[name]
+                values[name] = None if v in ("", None) else _C.normalize_option(name, str(v))
+        if values.get("target") is None:
+            values.pop("target", None)
+        if values.get("buckets") is None:
+            values.pop("buckets", None)
         if "shard" in values:
             sh = values["shard"]
             if not isinstance(sh, dict):
                 raise ValueError(f"tpuc: option shard={sh!r}: expected a dict of argument name -> axes ('x,_')")
             values["shard"] = tuple(sorted((str(k), str(v)) for k, v in sh.items()))
-        if "shard_policy" in values and values["shard_policy"] not in (None, ""):
-            values["shard_policy"] = str(values["shard_policy"]).strip().lower()
-            if values["shard_policy"] not in ("dp", "fsdp", "tp"):
-                raise ValueError(f"tpuc: option shard_policy={values['shard_policy']!r}: expected 'dp', 'fsdp' or 'tp'")
         for name in ("topology", "plugin", "dump_dir", "mesh", "shard_policy"):
             if name in values and values[name] in ("", None):
                 values[name] = None
             elif name in values:
                 values[name] = str(values[name])
         opts = Options(cache=tuple(cache), **values)
-        if opts.target == "tpu" and not opts.topology:
+        if opts.target == "tpu" and not opts.topology and not _C.tpu_chips_here():
             raise ValueError("tpuc: target='tpu' needs a topology (e.g. options={'topology': 'v5e:2x2'} or TPUC_TOPOLOGY)")
         if (opts.shard or opts.shard_policy) and not opts.mesh:
             raise ValueError("tpuc: options shard and shard_policy need a mesh (e.g. options={'mesh': 'x=2,y=2'})")

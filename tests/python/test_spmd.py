@@ -58,7 +58,7 @@ def test_inference_and_training_equal_eager(name, mesh, policy, tmp_path):
 def test_option_errors():
     with pytest.raises(ValueError, match="need a mesh"):
         tpuc.Options.resolve({"shard_policy": "tp"})
-    with pytest.raises(ValueError, match="expected 'dp', 'fsdp' or 'tp'"):
+    with pytest.raises(ValueError, match="expected one of dp, fsdp, tp"):
         tpuc.Options.resolve({"mesh": "x=2", "shard_policy": "zero3"})
     compiled = torch.compile(MLP(), backend="tpuc", options={"mesh": "x=0", "strict": True})
     with pytest.raises(Exception, match="mesh axis `x`: size `0` is not a positive integer"):

@@ -70,7 +70,7 @@ pub(super) fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<Compi
             Ok(CompileTarget::Client(client, platform))
         }
         // A TPU VM: compile on its chips and run there (a topology, if named, is the chips').
-        Target::Tpu if rt::tpu_chips_in(std::path::Path::new("/dev")) => {
+        Target::Tpu if tpu_chips_here() => {
             let client = super::clients::device_client(plugin, Target::Tpu)?;
             check_device_count(&client, req)?;
             let platform = client.platform_name()?;
@@ -95,6 +95,11 @@ pub(super) fn prepare(plugin: &rt::Plugin, req: &CompileRequest) -> Result<Compi
             Ok(CompileTarget::Topology(topology, platform))
         }
     }
+}
+
+/// Whether this host has TPU chips (libtpu then compiles for them and runs there).
+pub fn tpu_chips_here() -> bool {
+    rt::tpu_chips_in(std::path::Path::new("/dev"))
 }
 
 /// Fails when the program needs more devices than the client has.

@@ -16,7 +16,7 @@ use tpuc_runtime as rt;
 pub use rt::Target;
 
 pub use cache::{compile_cached, key_components, Provenance};
-pub use compile::{clean_cost, compile_stablehlo};
+pub use compile::{clean_cost, compile_stablehlo, tpu_chips_here};
 pub use plugins::{describe_plugins, plugin_package, plugin_report};
 pub(crate) use runner::{arg_specs, argument_list, check_inputs, execute_step, loaded_of, result_types, weight_of, ArgSpec};
 pub use runner::{element_type, run, RunTimes, Runner};
