@@ -1,0 +1,87 @@
+"""Ops that training graphs reach and that tpuc lowers itself, equal to eager: the transposed
+convolution's backward (UNet decoders). Training runs through
+`torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
+eager's."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tpuc
+
+STRICT = {"strict": True}
+
+
+def compiled(model):
+    return torch.compile(model, backend="tpuc", options=STRICT, fullgraph=True)
+
+
+def assert_training_matches_eager(model, inputs, label, rtol=1e-4, atol=1e-5):
+    """One forward and backward of `model` on `inputs` (floating inputs get gradients too),
+    compiled strictly and eagerly: the loss (sum of squares of the output) and the gradient
+    of every parameter and input equal."""
+    eager = copy.deepcopy(model)
+
+    def run(f, m):
+        xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+        loss = f(*xs).pow(2).sum()
+        loss.backward()
+        return loss.detach(), [x.grad for x in xs], {n: p.grad for n, p in m.named_parameters()}
+
+    want_loss, want_in, want_p = run(eager, eager)
+    got_loss, got_in, got_p = run(compiled(model), model)
+    torch.testing.assert_close(got_loss, want_loss, rtol=rtol, atol=atol, msg=lambda m: f"{label}: loss: {m}")
+    for i, (g, w) in enumerate(zip(got_in, want_in)):
+        if w is None:
+            assert g is None, f"{label}: input {i} has a gradient eager does not"
+            continue
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol, msg=lambda m: f"{label}: input {i}: {m}")
+    assert set(got_p) == set(want_p)
+    for n, w in want_p.items():
+        assert got_p[n] is not None, f"{label}: {n} has no gradient"
+        torch.testing.assert_close(got_p[n], w, rtol=rtol, atol=atol, msg=lambda m: f"{label}: {n}: {m}")
+    s = tpuc.stats()
+    assert s.get("fallback_graphs", 0) == 0, s
+
+
+# ----------------------------------------------------------------- transposed convolution
+
+
+class Decoder(nn.Module):
+    """A UNet-style decoder step: a transposed convolution, then a convolution."""
+
+    def __init__(self, cin, cout, k, stride, padding, output_padding, groups, bias, dilation=1, dims=2):
+        super().__init__()
+        ct = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}[dims]
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims]
+        self.up = ct(cin, cout, k, stride=stride, padding=padding, output_padding=output_padding, groups=groups,
+                     bias=bias, dilation=dilation)
+        self.conv = conv(cout, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(torch.tanh(self.up(x)))
+
+
+# (kernel, stride, padding, output_padding, dilation)
+CONV_T_GEOMETRY = [(3, 1, 0, 0, 1), (3, 1, 1, 0, 1), (2, 2, 0, 0, 1), (4, 2, 1, 0, 1), (3, 2, 1, 1, 1),
+                   (3, 2, 0, 1, 1), (3, 1, 2, 0, 2), (3, 2, 1, 2, 3)]
+
+
+@pytest.mark.parametrize("geometry", CONV_T_GEOMETRY, ids=lambda g: "k{}s{}p{}op{}d{}".format(*g))
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d_trains_like_eager(geometry, groups, bias):
+    k, s, p, op, d = geometry
+    torch.manual_seed(0)
+    model = Decoder(4, 6, k, s, p, op, groups, bias, dilation=d)
+    assert_training_matches_eager(model, [torch.randn(2, 4, 5, 7)], f"conv_transpose2d {geometry} g{groups}")
+
+
+@pytest.mark.parametrize("dims", [1, 3])
+def test_conv_transpose1d_and_3d_train_like_eager(dims):
+    torch.manual_seed(0)
+    model = Decoder(4, 2, 3, 2, 1, 1, 2, True, dims=dims)
+    shape = {1: (2, 4, 9), 3: (1, 4, 3, 4, 5)}[dims]
+    assert_training_matches_eager(model, [torch.randn(*shape)], f"conv_transpose{dims}d")
