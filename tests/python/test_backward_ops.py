@@ -1,13 +1,15 @@
-"""Ops that training graphs reach and that tpuc lowers itself, equal to eager: the transposed
-convolution's backward (UNet decoders). Training runs through
+"""Ops that training graphs (and a few exports) reach and that tpuc lowers itself, equal to eager:
+the transposed convolution's backward (UNet decoders), masked_scatter and its backward
+(LLaVA-style image placeholders). Training runs through
 `torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
-eager's."""
+eager's; inference also through the CLI on a core-ATen export."""
 
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
+from cli_check import assert_cli_matches_eager
 
 import tpuc
 
@@ -85,3 +87,61 @@ def test_conv_transpose1d_and_3d_train_like_eager(dims):
     model = Decoder(4, 2, 3, 2, 1, 1, 2, True, dims=dims)
     shape = {1: (2, 4, 9), 3: (1, 4, 3, 4, 5)}[dims]
     assert_training_matches_eager(model, [torch.randn(*shape)], f"conv_transpose{dims}d")
+
+
+# ----------------------------------------------------------------- masked_scatter
+
+
+class ImagePlaceholders(nn.Module):
+    """LLaVA-style: token embeddings whose image-placeholder positions take the projected
+    image features, in order (`inputs_embeds.masked_scatter(mask, image_features)`)."""
+
+    IMAGE = 7
+
+    def __init__(self, vocab=16, d=8, vision=6):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.proj = nn.Sequential(nn.Linear(vision, d), nn.GELU(), nn.Linear(d, d))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids, pixels):
+        embeds = self.embed(ids)
+        feats = self.proj(pixels).reshape(-1, embeds.shape[-1])
+        mask = (ids == self.IMAGE).unsqueeze(-1).expand_as(embeds)
+        h = embeds.masked_scatter(mask, feats.to(embeds.dtype))
+        return self.head(torch.tanh(h))
+
+
+def _placeholder_inputs():
+    ids = torch.tensor([[7, 7, 7, 1, 2, 3], [4, 7, 7, 7, 5, 7]])
+    ids[1, 5] = 2  # six placeholders, for 2 images of 3 patches
+    return ids, torch.randn(2, 3, 6)
+
+
+def test_masked_scatter_trains_like_eager():
+    torch.manual_seed(0)
+    ids, pixels = _placeholder_inputs()
+    assert_training_matches_eager(ImagePlaceholders(), [ids, pixels], "masked_scatter")
+
+
+def test_masked_scatter_backward_with_more_source_than_placeholders():
+    """A source larger than the mask's count: its tail gets a zero gradient, as eager's."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src = nn.Parameter(torch.randn(5, 4))
+            self.base = nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, keep):
+            return self.base.masked_scatter(keep, self.src * 2)
+
+    torch.manual_seed(0)
+    keep = torch.tensor([[True, False, True, False], [False, False, False, False], [True, True, False, True]])
+    assert_training_matches_eager(M(), [keep], "masked_scatter larger source")
+
+
+def test_masked_scatter_runs_in_the_cli(tmp_path):
+    torch.manual_seed(0)
+    ids, pixels = _placeholder_inputs()
+    assert_cli_matches_eager(ImagePlaceholders(), (ids, pixels), tmp_path, tol=1e-5)

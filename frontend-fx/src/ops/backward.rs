@@ -489,19 +489,7 @@ fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         g = cx.select(kb, g, z)?;
     }
     let z = cx.full(Scalar::Int(0), dt, &[Dim::Static(nw), dcol])?;
-    let mut col = id.clone();
-    col.push(Dim::Static(1));
-    let coords = cx.reshape(idx64, col)?;
-    let nb = id.len() as i64;
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(vec![nb]))
-        .with("inserted_window_dims", Attr::Ints(vec![0]))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
-        .with("index_vector_dim", Attr::Int(nb))
-        .with("kind", ScatterKind::Add.attr());
-    one(cx.b.build1(O::Scatter, &[z, coords, g], attrs, None)?)
+    one(super::index::scatter_rows(cx, z, idx64, g, ScatterKind::Add)?)
 }
 
 /// Per-element weights of an NLL loss: `weight[target]` (or 1), 0 where target is ignored;
