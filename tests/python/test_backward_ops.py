@@ -1,6 +1,7 @@
 """Ops that training graphs (and a few exports) reach and that tpuc lowers itself, equal to eager:
 the transposed convolution's backward (UNet decoders), masked_scatter and its backward
-(LLaVA-style image placeholders). Training runs through
+(LLaVA-style image placeholders), adaptive average pooling's backward to sizes that do not
+divide the input. Training runs through
 `torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
 eager's; inference also through the CLI on a core-ATen export."""
 
@@ -145,3 +146,35 @@ def test_masked_scatter_runs_in_the_cli(tmp_path):
     torch.manual_seed(0)
     ids, pixels = _placeholder_inputs()
     assert_cli_matches_eager(ImagePlaceholders(), (ids, pixels), tmp_path, tol=1e-5)
+
+
+# ----------------------------------------------------------------- adaptive average pooling
+
+
+class Pooled(nn.Module):
+    def __init__(self, size, dims=2):
+        super().__init__()
+        conv = nn.Conv2d if dims == 2 else nn.Conv3d
+        pool = nn.AdaptiveAvgPool2d if dims == 2 else nn.AdaptiveAvgPool3d
+        self.conv = conv(3, 4, 3, padding=1)
+        self.pool = pool(size)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.conv(x))).flatten(1)
+
+
+@pytest.mark.parametrize("size,shape", [((3, 3), (2, 3, 7, 8)), ((2, 5), (2, 3, 9, 11)), ((4, 4), (1, 3, 8, 8)),
+                                        ((5, 3), (2, 3, 4, 7)), ((1, 1), (2, 3, 5, 6))])
+def test_adaptive_avg_pool2d_trains_like_eager(size, shape):
+    torch.manual_seed(0)
+    assert_training_matches_eager(Pooled(size), [torch.randn(*shape)], f"adaptive_avg_pool2d {size} of {shape}")
+
+
+def test_adaptive_avg_pool3d_trains_like_eager():
+    torch.manual_seed(0)
+    assert_training_matches_eager(Pooled((2, 3, 2), dims=3), [torch.randn(1, 3, 5, 7, 4)], "adaptive_avg_pool3d")
+
+
+def test_adaptive_avg_pool2d_runs_in_the_cli(tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(Pooled((2, 5)), torch.randn(2, 3, 9, 11), tmp_path, tol=1e-5)

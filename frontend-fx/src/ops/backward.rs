@@ -35,6 +35,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("slice_backward.default", slice_backward),
     ("avg_pool2d_backward.default", avg_pool_backward),
     ("avg_pool3d_backward.default", avg_pool_backward),
+    ("_adaptive_avg_pool2d_backward.default", adaptive_avg_pool_backward),
+    ("_adaptive_avg_pool3d_backward.default", adaptive_avg_pool_backward),
 ];
 
 fn out_used(cx: &Ctx, mask: &[bool], i: usize) -> bool {
@@ -626,3 +628,38 @@ fn avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     one(y)
 }
 
+/// The transpose of adaptive average pooling: along each pooled dim, the transposed averaging
+/// matrix (each output's gradient spread over its window, divided by the window's length;
+/// overlapping windows add up), in f32 for 16-bit floats as the forward.
+fn adaptive_avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
+    let xd = cx.dims(x);
+    let gd = cx.dims(g);
+    if xd.len() < nsp + 1 || gd.len() != xd.len() || gd[..xd.len() - nsp] != xd[..xd.len() - nsp] {
+        return err(format!("adaptive_avg_pool backward: grad_output {} does not fit self {}", cx.ty(g), cx.ty(x)));
+    }
+    let lead = xd.len() - nsp;
+    let out_dt = cx.dtype(x);
+    let dt = dtypes::compute_dtype(out_dt);
+    let mut y = cx.convert(g, dt)?;
+    for i in (0..nsp).rev() {
+        let n = static_of(&xd[lead + i], "pooled dim")?;
+        let o = static_of(&gd[lead + i], "pooled output dim")?;
+        if o <= 0 || n < 0 {
+            return err(format!("adaptive_avg_pool backward: output size {o} for input size {n}"));
+        }
+        table_size(&[n, o], "adaptive pooling matrix")?;
+        let m = super::nn::adaptive_matrix(n, o);
+        let mut mt = vec![0.0; m.len()];
+        for r in 0..o as usize {
+            for c in 0..n as usize {
+                mt[c * o as usize + r] = m[r * n as usize + c];
+            }
+        }
+        let mc = cx.const_f(&[n, o], &mt, dt)?;
+        y = super::nn::apply_along(cx, y, lead + i, mc)?;
+    }
+    one(cx.convert(y, out_dt)?)
+}
