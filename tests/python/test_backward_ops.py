@@ -1,7 +1,7 @@
 """Ops that training graphs (and a few exports) reach and that tpuc lowers itself, equal to eager:
 the transposed convolution's backward (UNet decoders), masked_scatter and its backward
 (LLaVA-style image placeholders), adaptive average pooling's backward to sizes that do not
-divide the input. Training runs through
+divide the input, embedding_bag (nn.EmbeddingBag) forward and backward. Training runs through
 `torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
 eager's; inference also through the CLI on a core-ATen export."""
 
@@ -178,3 +178,96 @@ def test_adaptive_avg_pool3d_trains_like_eager():
 def test_adaptive_avg_pool2d_runs_in_the_cli(tmp_path):
     torch.manual_seed(0)
     assert_cli_matches_eager(Pooled((2, 5)), torch.randn(2, 3, 9, 11), tmp_path, tol=1e-5)
+
+
+# ----------------------------------------------------------------- embedding_bag
+
+
+class Bags(nn.Module):
+    def __init__(self, mode, padding_idx=None, include_last_offset=False, scale_grad_by_freq=False):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(12, 5, mode=mode, padding_idx=padding_idx, include_last_offset=include_last_offset,
+                                   scale_grad_by_freq=scale_grad_by_freq)
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, ids, offsets, weights=None):
+        return self.head(self.bag(ids, offsets, per_sample_weights=weights))
+
+
+IDS = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 11, 0, 2])
+OFFSETS = torch.tensor([0, 3, 3, 5, 8])  # bag 1 is empty
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_bag_trains_like_eager(mode, padding_idx):
+    torch.manual_seed(0)
+    model = Bags(mode, padding_idx)
+    assert_training_matches_eager(model, [IDS, OFFSETS], f"embedding_bag {mode} pad {padding_idx}")
+
+
+@pytest.mark.parametrize("padding_idx", [None, 4])
+def test_embedding_bag_per_sample_weights_train_like_eager(padding_idx):
+    torch.manual_seed(0)
+    model = Bags("sum", padding_idx)
+    assert_training_matches_eager(model, [IDS, OFFSETS, torch.rand(len(IDS))], f"embedding_bag weights pad {padding_idx}")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_include_last_offset_and_2d_input(mode):
+    torch.manual_seed(0)
+    closed = torch.cat([OFFSETS, torch.tensor([len(IDS)])])
+    assert_training_matches_eager(Bags(mode, include_last_offset=True), [IDS, closed], f"embedding_bag {mode} closed")
+    torch._dynamo.reset()
+
+    class TwoD(Bags):
+        def forward(self, ids):
+            return self.head(self.bag(ids))
+
+    assert_training_matches_eager(TwoD(mode, padding_idx=3), [torch.tensor([[1, 3, 5], [3, 3, 3], [7, 1, 1]])],
+                                  f"embedding_bag {mode} 2-D")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scale_grad_by_freq(mode):
+    torch.manual_seed(0)
+    assert_training_matches_eager(Bags(mode, scale_grad_by_freq=True), [IDS, OFFSETS], f"embedding_bag {mode} by freq")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_inference(mode):
+    torch.manual_seed(0)
+    model = Bags(mode, padding_idx=2).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(model)(IDS, OFFSETS), model(IDS, OFFSETS), rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_auxiliary_results_are_the_cpu_kernels():
+    """offset2bag, bag_size and max_indices as eager's CPU kernel gives them (where its
+    backward reads them): a backward that falls back to eager can take tpuc's."""
+    w = torch.randn(12, 5)
+    for mode in (0, 1, 2):
+        for pad in (-1, 2):
+            def f(w, i, o):
+                return torch.ops.aten._embedding_bag(w, i, o, False, mode, False, None, False, pad)
+
+            got = compiled(f)(w, IDS, OFFSETS)
+            want = f(w, IDS, OFFSETS)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-6)
+            assert torch.equal(got[1], want[1]), (mode, pad, got[1], want[1])
+            if mode != 0:
+                assert torch.equal(got[2], want[2]), (mode, pad, got[2], want[2])
+            if mode == 2:
+                assert torch.equal(got[3], want[3]), (mode, pad, got[3], want[3])
+            torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_runs_in_the_cli(mode, tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(Bags(mode, padding_idx=2), (IDS, OFFSETS), tmp_path, tol=1e-5)
+
+
+def test_embedding_bag_with_per_sample_weights_runs_in_the_cli(tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(Bags("sum"), (IDS, OFFSETS, torch.rand(len(IDS))), tmp_path, tol=1e-5)
