@@ -6,6 +6,7 @@ divide the input, embedding_bag (nn.EmbeddingBag) forward and backward. Training
 eager's; inference also through the CLI on a core-ATen export."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -271,3 +272,39 @@ def test_embedding_bag_runs_in_the_cli(mode, tmp_path):
 def test_embedding_bag_with_per_sample_weights_runs_in_the_cli(tmp_path):
     torch.manual_seed(0)
     assert_cli_matches_eager(Bags("sum"), (IDS, OFFSETS, torch.rand(len(IDS))), tmp_path, tol=1e-5)
+
+
+def test_refusal_of_a_bare_torch_module_names_its_forward(monkeypatch):
+    """A torch.nn module compiled by itself has no frames of the user's code in its graphs: a
+    refusal names the module's forward instead (here in the fallback warning, with
+    `_embedding_bag` taken off the supported list, and in strict mode's error from the
+    compiler, for sparse gradients it refuses)."""
+    import inspect
+
+    import tpuc.backend
+
+    line = inspect.unwrap(nn.EmbeddingBag.forward).__code__.co_firstlineno
+    where = f"sparse.py:{line} in EmbeddingBag.forward"
+    supported = tpuc.supported_targets() - {"torch.ops.aten._embedding_bag.default"}
+    monkeypatch.setattr(tpuc.backend, "_supported", supported)
+    bag = nn.EmbeddingBag(12, 5, mode="mean")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(bag, backend="tpuc")(IDS, OFFSETS)
+    torch.testing.assert_close(got, bag(IDS, OFFSETS))
+    ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
+    assert ours and f"node `_embedding_bag` at {where}" in ours[0], ours
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    sparse = nn.EmbeddingBag(12, 5, mode="sum", sparse=True)
+    with pytest.raises(Exception) as info:
+        compiled(sparse)(IDS, OFFSETS).sum().backward()
+    # Dynamo wraps backend errors (BackendCompilerFailed, with ours as inner_exception).
+    chain, e = [], info.value
+    while e is not None and len(chain) < 8:
+        chain.append(e)
+        e = getattr(e, "inner_exception", None) or e.__cause__
+    err = next((e for e in chain if isinstance(e, tpuc.TpucError)), None)
+    assert err is not None, repr(info.value)
+    assert err.target.endswith("_embedding_bag_backward.default") and err.source == where, (err.target, err.source)
+    assert "sparse=True" in str(err), str(err)
