@@ -1,7 +1,8 @@
 """Ops that training graphs (and a few exports) reach and that tpuc lowers itself, equal to eager:
 the transposed convolution's backward (UNet decoders), masked_scatter and its backward
 (LLaVA-style image placeholders), adaptive average pooling's backward to sizes that do not
-divide the input, embedding_bag (nn.EmbeddingBag) forward and backward. Training runs through
+divide the input, embedding_bag (nn.EmbeddingBag) forward and backward, and random ops called
+with `generator=None` (a vocoder drawing its own noise). Training runs through
 `torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
 eager's; inference also through the CLI on a core-ATen export."""
 
@@ -308,3 +309,82 @@ def test_refusal_of_a_bare_torch_module_names_its_forward(monkeypatch):
     assert err is not None, repr(info.value)
     assert err.target.endswith("_embedding_bag_backward.default") and err.source == where, (err.target, err.source)
     assert "sparse=True" in str(err), str(err)
+
+
+# ----------------------------------------------------------------- random ops with a generator argument
+
+
+class Noisy(nn.Module):
+    """Draws its own noise as a vocoder does: `torch.randn(..., generator=None)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x, generator=None):
+        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+        u = torch.rand(x.shape, generator=generator)
+        k = torch.randint(0, 5, x.shape, generator=generator)
+        k2 = torch.randint(5, 9, x.shape, generator=generator)
+        perm = torch.randperm(16, generator=generator)
+        return self.fc(x + noise), u, k, k2, perm
+
+
+def _first_draws(seed: torch.Tensor):
+    """What Noisy draws for `seed`: its streams in graph order (randn takes two, Box-Muller)."""
+    from tpuc.random import _uniform_eager
+
+    u1, u2 = _uniform_eager(seed, 0, [64, 16], torch.float32), _uniform_eager(seed, 1, [64, 16], torch.float32)
+    noise = torch.sqrt(torch.log1p(-u1) * -2.0) * torch.cos(u2 * (2 * torch.pi))
+    u = _uniform_eager(seed, 2, [64, 16], torch.float32)
+    k = torch.floor(_uniform_eager(seed, 3, [64, 16], torch.float64) * 5).long()
+    k2 = torch.floor(_uniform_eager(seed, 4, [64, 16], torch.float64) * 4).long() + 5
+    perm = torch.argsort(_uniform_eager(seed, 5, [16], torch.float64), stable=True)
+    return noise, u, k, k2, perm
+
+
+def _check_draws(model, x, outs, seed):
+    noise, u, k, k2, perm = _first_draws(seed)
+    with torch.no_grad():
+        torch.testing.assert_close(outs[0], model.fc(x + noise), rtol=1e-5, atol=1e-5)
+    assert torch.equal(outs[1], u)
+    assert torch.equal(outs[2], k) and torch.equal(outs[3], k2) and torch.equal(outs[4], perm)
+
+
+def test_generator_overloads_draw_from_torchs_generator_when_compiled():
+    torch.manual_seed(0)
+    model = Noisy()
+    x = torch.randn(64, 16)
+    f = compiled(model)
+    torch.manual_seed(5)
+    seed = torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)
+    torch.manual_seed(5)
+    outs = f(x)
+    _check_draws(model, x, outs, seed)
+    # Training through it: the noise is an input-independent draw, the gradient eager's for it.
+    out = f(x.requires_grad_())[0]
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, model.fc.weight.sum(0).expand(64, 16), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["raw", "core"])
+def test_generator_overloads_run_in_the_cli_from_the_seed(form, tmp_path):
+    import subprocess
+
+    import numpy as np
+    from cli_check import TPUC
+
+    torch.manual_seed(0)
+    model = Noisy().eval()
+    x = torch.randn(64, 16)
+    ep = torch.export.export(model, (x,))
+    targets = {str(n.target) for n in ep.run_decompositions().graph.nodes}
+    assert {"aten.randn.generator", "aten.rand.generator", "aten.randperm.generator"} <= targets, targets
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(ep.run_decompositions() if form == "core" else ep, pt2)
+    np.save(tmp_path / "x.npy", x.numpy())
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--seed", "3", "--out-dir",
+                        str(tmp_path / "out"), "--no-cache"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    outs = [torch.from_numpy(np.load(tmp_path / "out" / f"output_{i}.npy")) for i in range(5)]
+    _check_draws(model, x, outs, torch.tensor([3, 0], dtype=torch.int64))
