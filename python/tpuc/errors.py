@@ -3,6 +3,8 @@ user's source line."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 
 
@@ -58,5 +60,31 @@ def user_frame(stack_trace: str | None) -> str | None:
     return f"{pick[0].rsplit('/', 1)[-1]}:{pick[1]} in {pick[2]}"
 
 
+def stack_trace(meta: dict) -> str | None:
+    """A node's stack trace; for a node Dynamo recorded none for, the frame of the `forward`
+    of the innermost module it was traced in. (Dynamo records frames of the user's code only,
+    so the nodes of a torch.nn module compiled by itself, `torch.compile(nn.EmbeddingBag(...))`,
+    and the backward nodes of such a module have none.)"""
+    trace = meta.get("stack_trace")
+    if trace:
+        return trace
+    stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    entry = list(stack.values())[-1]
+    cls = entry[1] if isinstance(entry, (tuple, list)) and len(entry) > 1 else None
+    return _forward_frame(cls) if isinstance(cls, type) else None
+
+
+@functools.cache
+def _forward_frame(cls: type) -> str | None:
+    try:
+        fn = inspect.unwrap(cls.forward)
+        code = fn.__code__
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return f'  File "{code.co_filename}", line {code.co_firstlineno}, in {cls.__name__}.forward\n'
+
+
 def node_source(node) -> str | None:
-    return user_frame(node.meta.get("stack_trace"))
+    return user_frame(stack_trace(node.meta))

@@ -75,19 +75,28 @@ aten = torch.ops.aten
 _uniform = torch.ops.tpuc.uniform.default
 _RANDOM_FROM = getattr(aten.random, "from")  # a Python keyword
 
-# The random ops rewritten, by overload.
-RANDOM_OPS = {
-    aten.native_dropout.default, aten.rand.default, aten.rand_like.default, aten.randn.default,
-    aten.randn_like.default, aten.bernoulli.default, aten.bernoulli.p, aten.uniform.default,
-    aten.normal_functional.default, aten.randint.low, aten.randint.default, aten.randint_like.default,
-    aten.randint_like.low_dtype, aten.exponential.default, aten.dropout.default, aten.normal.Tensor_float,
-    aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float, _RANDOM_FROM, aten.random.to,
-    aten.randperm.default,
+# The random ops rewritten, by overload. The `*.generator` overloads (`torch.randn(size,
+# generator=g)`) reach graphs with `generator=None` (Dynamo breaks the graph at a Generator
+# object), which is the plain op; a node with a generator of its own is left alone (the
+# compiler refuses it).
+_RAND = {aten.rand.default, aten.rand_like.default, aten.rand.generator}
+_RANDN = {aten.randn.default, aten.randn_like.default, aten.randn.generator}
+_RANDPERM = {aten.randperm.default, aten.randperm.generator}
+_RANDINT = {aten.randint.low, aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype,
+            aten.randint.generator, aten.randint.low_generator}
+_NORMAL = {aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float}
+RANDOM_OPS = _RAND | _RANDN | _RANDPERM | _RANDINT | _NORMAL | {
+    aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p, aten.uniform.default,
+    aten.normal_functional.default, aten.exponential.default, aten.dropout.default, _RANDOM_FROM, aten.random.to,
 }
 
 
+def _is_random(n: torch.fx.Node) -> bool:
+    return n.op == "call_function" and n.target in RANDOM_OPS and n.kwargs.get("generator") is None
+
+
 def has_random(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op == "call_function" and n.target in RANDOM_OPS for n in gm.graph.nodes)
+    return any(_is_random(n) for n in gm.graph.nodes)
 
 
 class _Writer:
@@ -121,7 +130,8 @@ class _Writer:
 
 # Where a random op without a tensor of its result's shape takes its size.
 _SIZE_ARG = {aten.rand.default: 0, aten.randn.default: 0, aten.randint.default: 1, aten.randint.low: 2,
-             aten.normal.float_float: 2, aten.randperm.default: 0}
+             aten.normal.float_float: 2, aten.randperm.default: 0, aten.rand.generator: 0, aten.randn.generator: 0,
+             aten.randint.generator: 1, aten.randint.low_generator: 2, aten.randperm.generator: 0}
 
 
 def _size_args(w: "_Writer", node: torch.fx.Node) -> list:
@@ -131,7 +141,7 @@ def _size_args(w: "_Writer", node: torch.fx.Node) -> list:
     out = out[0] if isinstance(out, (tuple, list)) else out
     if node.target in _SIZE_ARG:
         size = node.args[_SIZE_ARG[node.target]] if len(node.args) > _SIZE_ARG[node.target] else node.kwargs["size"]
-        return [size] if node.target is aten.randperm.default else list(size)
+        return [size] if node.target in _RANDPERM else list(size)
     src = next((a for a in node.args if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
                 and tuple(a.meta["val"].shape) == tuple(out.shape)), None)
     sizes = []
@@ -158,7 +168,7 @@ def _arg(node: torch.fx.Node, i: int, name: str, default=None):
 def rewrite(gm: torch.fx.GraphModule) -> bool:
     """Rewrites `gm`'s random ops in place onto `tpuc.uniform` and a new last placeholder
     `tpuc_rng_seed` (int64[2]). Returns whether it changed anything."""
-    randoms = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in RANDOM_OPS]
+    randoms = [n for n in gm.graph.nodes if _is_random(n)]
     if not randoms:
         return False
     g = gm.graph
@@ -192,9 +202,9 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                         user.replace_all_uses_with(res if user.args[1] == 0 else keep)
                         g.erase_node(user)
                 new = None
-            elif t in (aten.rand.default, aten.rand_like.default):
+            elif t in _RAND:
                 new = w.uniform(size, out.dtype)
-            elif t in (aten.randn.default, aten.randn_like.default):
+            elif t in _RANDN:
                 new = w.normal(size, out.dtype)
             elif t is aten.bernoulli.default:
                 u = w.uniform(size, torch.float32)
@@ -219,12 +229,11 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                 else:
                     keep = w.call(aten.ge.Scalar, w.uniform(size, torch.float32), p)
                     new = w.call(aten.mul.Tensor, w.call(aten.mul.Tensor, x, keep), 0.0 if p >= 1 else 1 / (1 - p))
-            elif t in (aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
-                       aten.normal.float_float):
+            elif t in _NORMAL:
                 mean, std = _arg(node, 0, "mean", 0.0), _arg(node, 1, "std", 1.0)
                 z = w.normal(size, out.dtype)
                 new = w.call(aten.add.Tensor, w.call(aten.mul.Tensor, z, std), mean)
-            elif t is aten.randperm.default:
+            elif t in _RANDPERM:
                 u = w.uniform(size, torch.float64)
                 new = w.convert(w.call(aten.argsort.stable, u, stable=True), out.dtype)
             elif t in (_RANDOM_FROM, aten.random.to):
@@ -239,9 +248,9 @@ def rewrite(gm: torch.fx.GraphModule) -> bool:
                 u = w.uniform(size, out.dtype)
                 new = w.call(aten.mul.Tensor, w.call(aten.log1p.default, w.call(aten.neg.default, u)), -1.0 / lambd)
             else:  # randint / randint_like: low + floor(u * (high - low)), u with 32 bits
-                if t is aten.randint.default:
+                if t in (aten.randint.default, aten.randint.generator):
                     low, high = 0, int(node.args[0])
-                elif t is aten.randint.low:
+                elif t in (aten.randint.low, aten.randint.low_generator):
                     low, high = int(node.args[0]), int(node.args[1])
                 elif t is aten.randint_like.default:
                     low, high = 0, int(node.args[1])

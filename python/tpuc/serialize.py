@@ -5,7 +5,8 @@ with a signature that says which placeholders are parameters, buffers or lifted 
 driver keeps those resident on the device) and which are user inputs, and the shape
 environment's range of each symbol in the inputs' sizes. Node metadata is cut to
 what the importer reads (`val` for tensor types, `stack_trace` for source lines, `custom` for
-`tpuc.precision` regions) while the serializer runs; Dynamo's other metadata (nn_module_stack
+`tpuc.precision` regions) while the serializer runs (a node without a stack trace gets the
+frame of its module's `forward`, see `errors.stack_trace`); Dynamo's other metadata (nn_module_stack
 with class objects, from_node) is slow to write and partly rejected by the serializer.
 """
 
@@ -28,7 +29,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from .errors import TpucError
+from .errors import TpucError, stack_trace
 
 _KIND = {
     "user_input": InputKind.USER_INPUT,
@@ -110,6 +111,9 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
         for n in gm.graph.nodes:
             saved[n] = n.meta
             n.meta = {k: n.meta[k] for k in _KEEP_META if k in n.meta}
+            trace = stack_trace(saved[n])
+            if trace:
+                n.meta["stack_trace"] = trace
             if n in opaque:
                 n.meta["val"] = None
         serialized = _serde.GraphModuleSerializer(signature, []).serialize(gm)

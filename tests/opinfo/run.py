@@ -83,6 +83,18 @@ SVD_LIKE = {"linalg.svd": "Vh", "svd": "V"}
 # rule (compute in float32, round once) and any other order of the same float32 arithmetic.
 TOLERANCE = {"bfloat16": (1e-2, 1.6e-2), "float16": (1e-3, 1e-3)}
 DTYPES = ("float32", "int64", "bfloat16", "float16")
+# The suite runs forward only (samples without gradients). Entries whose backward a test of
+# its own checks against eager (training through torch.compile, loss and every gradient):
+# entry -> that test, as docs/opinfo.md lists them.
+BACKWARD_TESTED = {
+    "masked_scatter": "tests/python/test_backward_ops.py",
+    "nn.functional.adaptive_avg_pool2d": "tests/python/test_backward_ops.py",
+    "nn.functional.adaptive_avg_pool3d": "tests/python/test_backward_ops.py",
+    "nn.functional.conv_transpose1d": "tests/python/test_backward_ops.py",
+    "nn.functional.conv_transpose2d": "tests/python/test_backward_ops.py",
+    "nn.functional.conv_transpose3d": "tests/python/test_backward_ops.py",
+    "nn.functional.embedding_bag": "tests/python/test_backward_ops.py",
+}
 # Floating dtypes whose results are also checked against float64 where they differ from eager.
 WIDENED = ("float32", "bfloat16", "float16")
 STATUSES = ("pass", "wrong", "refused", "error", "crash", "excluded")
@@ -463,6 +475,10 @@ def write_doc() -> None:
         "counted: `aot_eager` cannot compile them either, or they have no samples on CPU. `scripts/test.sh` runs the suite and fails when an entry recorded as",
         "passing stops passing.",
         "",
+        "The suite runs each entry's forward only (its samples carry no gradients): `pass` says nothing of",
+        "the op's backward. The backwards of the entries in the last section are checked against eager by",
+        "tests of their own (training through `torch.compile`, the loss and every gradient).",
+        "",
         "| dtype | pass | wrong | refused | error | crash | excluded | pass rate |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -492,6 +508,9 @@ def write_doc() -> None:
             if w and w not in whys:
                 whys.append(w)
         lines.append(f"| {n} | " + " | ".join(cells) + " | " + "; ".join(whys).replace("|", "\\|") + " |")
+    lines += ["", "## Backwards tested outside this suite", "", "| entry | test |", "|---|---|"]
+    for n in sorted(BACKWARD_TESTED):
+        lines.append(f"| {n} | `{BACKWARD_TESTED[n]}` |")
     os.makedirs(os.path.dirname(DOC), exist_ok=True)
     with open(DOC, "w") as fh:
         fh.write("\n".join(lines) + "\n")

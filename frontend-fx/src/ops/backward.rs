@@ -4,9 +4,12 @@
 //!
 //! convolution_backward is the transposed convolution for the input gradient and a
 //! convolution of the input with the output gradient (batch and feature roles swapped;
-//! groups through `batch_group_count`) for the weight gradient, as JAX derives them.
+//! groups through `batch_group_count`) for the weight gradient, as JAX derives them. Of a
+//! transposed convolution (the adjoint of a convolution with the same weight) the input
+//! gradient is that plain convolution of the output gradient, and the weight gradient the
+//! same formula with input and output gradient exchanged.
 
-use super::nn::{attention_scores, build_conv, flip_kernel, sdpa_args};
+use super::nn::{attention_scores, build_conv, conv_attrs, flip_kernel, sdpa_args};
 use super::*;
 use Opcode as O;
 use tpuc_ir::{AttrEnum, Direction, ReduceKind, ScatterKind, WindowKind};
@@ -32,6 +35,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("slice_backward.default", slice_backward),
     ("avg_pool2d_backward.default", avg_pool_backward),
     ("avg_pool3d_backward.default", avg_pool_backward),
+    ("_adaptive_avg_pool2d_backward.default", adaptive_avg_pool_backward),
+    ("_adaptive_avg_pool3d_backward.default", adaptive_avg_pool_backward),
 ];
 
 fn out_used(cx: &Ctx, mask: &[bool], i: usize) -> bool {
@@ -42,9 +47,7 @@ fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dy = cx.t("grad_output")?;
     let x = cx.t("input")?;
     let w = cx.t("weight")?;
-    if cx.bool_or("transposed", false)? {
-        return err("convolution_backward of a transposed convolution is not supported");
-    }
+    let transposed = cx.bool_or("transposed", false)?;
     let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
     let wd = cx.static_dims(w, "convolution weight")?;
     let xd = cx.static_dims(x, "convolution input")?;
@@ -67,6 +70,16 @@ fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     if !(1..=MAX_SIZE).contains(&groups) {
         return err("bad groups");
     }
+    // A transposed convolution is the adjoint of the convolution with the same weight, so its
+    // gradients are the convolution's with input and output exchanged: the input gradient is
+    // that convolution of the output gradient, the weight gradient that of the convolution
+    // from `grad_output` to `input`. `a` is the convolution's input, `b` its output.
+    let (a, ad, b, bd) = if transposed { (dy, &dyd, x, &xd) } else { (x, &xd, dy, &dyd) };
+    // High padding of the convolution from `a` to `b`: what makes its output exactly `b`'s
+    // size (negative where a transposed convolution's output_padding adds rows no input reaches).
+    let pads: Vec<(i64, i64)> = (0..n)
+        .map(|i| (padding[i], (wd[2 + i] - 1) * dilation[i] + (bd[2 + i] - 1) * stride[i] + 1 - ad[2 + i] - padding[i]))
+        .collect();
     let ones = vec![1i64; n];
     let mut outs = vec![Val::None, Val::None, Val::None];
     for (i, o) in outs.iter_mut().enumerate() {
@@ -75,44 +88,31 @@ fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         }
     }
     if out_used(cx, &mask, 0) {
-        let kernel = flip_kernel(cx, w, groups)?;
-        let mut pads = Vec::new();
-        for i in 0..n {
-            let lo = dilation[i] * (wd[2 + i] - 1) - padding[i];
-            let hi = xd[2 + i] - (dyd[2 + i] - 1) * stride[i] - 1 + padding[i];
-            pads.push(lo);
-            pads.push(hi);
+        let gi = if transposed {
+            build_conv(cx, dy, w, conv_attrs(&stride, &pads, &ones, &dilation, groups, 1))?
+        } else {
+            let kernel = flip_kernel(cx, w, groups)?;
+            let tpads: Vec<(i64, i64)> = (0..n)
+                .map(|i| (dilation[i] * (wd[2 + i] - 1) - padding[i], xd[2 + i] - (dyd[2 + i] - 1) * stride[i] - 1 + padding[i]))
+                .collect();
+            build_conv(cx, dy, kernel, conv_attrs(&ones, &tpads, &stride, &dilation, groups, 1))?
+        };
+        if cx.static_dims(gi, "input gradient")? != xd {
+            return err(format!("internal: convolution_backward's input gradient is {}", cx.ty(gi)));
         }
-        let attrs = Attrs::new()
-            .with("window_strides", Attr::Ints(ones.clone()))
-            .with("padding", Attr::Ints(pads))
-            .with("lhs_dilation", Attr::Ints(stride.clone()))
-            .with("rhs_dilation", Attr::Ints(dilation.clone()))
-            .with("feature_group_count", Attr::Int(groups))
-            .with("batch_group_count", Attr::Int(1));
-        outs[0] = Val::Tensor(build_conv(cx, dy, kernel, attrs)?);
+        outs[0] = Val::Tensor(gi);
     }
     if out_used(cx, &mask, 1) {
         let mut perm: Vec<i64> = (0..r as i64).collect();
         perm.swap(0, 1);
-        let lhs = cx.transpose(x, &perm)?;
-        let rhs = cx.transpose(dy, &perm)?;
-        let mut pads = Vec::new();
-        for i in 0..n {
-            let lo = padding[i];
-            let hi = (wd[2 + i] - 1) * dilation[i] + (dyd[2 + i] - 1) * stride[i] + 1 - xd[2 + i] - padding[i];
-            pads.push(lo);
-            pads.push(hi);
+        let lhs = cx.transpose(a, &perm)?;
+        let rhs = cx.transpose(b, &perm)?;
+        let gw = build_conv(cx, lhs, rhs, conv_attrs(&dilation, &pads, &ones, &stride, 1, groups))?;
+        let gw = cx.transpose(gw, &perm)?;
+        if cx.static_dims(gw, "weight gradient")? != wd {
+            return err(format!("internal: convolution_backward's weight gradient is {}", cx.ty(gw)));
         }
-        let attrs = Attrs::new()
-            .with("window_strides", Attr::Ints(dilation.clone()))
-            .with("padding", Attr::Ints(pads))
-            .with("lhs_dilation", Attr::Ints(ones.clone()))
-            .with("rhs_dilation", Attr::Ints(stride.clone()))
-            .with("feature_group_count", Attr::Int(1))
-            .with("batch_group_count", Attr::Int(groups));
-        let gw = build_conv(cx, lhs, rhs, attrs)?;
-        outs[1] = Val::Tensor(cx.transpose(gw, &perm)?);
+        outs[1] = Val::Tensor(gw);
     }
     if out_used(cx, &mask, 2) {
         let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
@@ -491,19 +491,7 @@ fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         g = cx.select(kb, g, z)?;
     }
     let z = cx.full(Scalar::Int(0), dt, &[Dim::Static(nw), dcol])?;
-    let mut col = id.clone();
-    col.push(Dim::Static(1));
-    let coords = cx.reshape(idx64, col)?;
-    let nb = id.len() as i64;
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(vec![nb]))
-        .with("inserted_window_dims", Attr::Ints(vec![0]))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
-        .with("index_vector_dim", Attr::Int(nb))
-        .with("kind", ScatterKind::Add.attr());
-    one(cx.b.build1(O::Scatter, &[z, coords, g], attrs, None)?)
+    one(super::index::scatter_rows(cx, z, idx64, g, ScatterKind::Add)?)
 }
 
 /// Per-element weights of an NLL loss: `weight[target]` (or 1), 0 where target is ignored;
@@ -638,4 +626,40 @@ fn avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("internal: avg_pool backward produced {}", cx.ty(y)));
     }
     one(y)
+}
+
+/// The transpose of adaptive average pooling: along each pooled dim, the transposed averaging
+/// matrix (each output's gradient spread over its window, divided by the window's length;
+/// overlapping windows add up), in f32 for 16-bit floats as the forward.
+fn adaptive_avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
+    let xd = cx.dims(x);
+    let gd = cx.dims(g);
+    if xd.len() < nsp + 1 || gd.len() != xd.len() || gd[..xd.len() - nsp] != xd[..xd.len() - nsp] {
+        return err(format!("adaptive_avg_pool backward: grad_output {} does not fit self {}", cx.ty(g), cx.ty(x)));
+    }
+    let lead = xd.len() - nsp;
+    let out_dt = cx.dtype(x);
+    let dt = dtypes::compute_dtype(out_dt);
+    let mut y = cx.convert(g, dt)?;
+    for i in (0..nsp).rev() {
+        let n = static_of(&xd[lead + i], "pooled dim")?;
+        let o = static_of(&gd[lead + i], "pooled output dim")?;
+        if o <= 0 || n < 0 {
+            return err(format!("adaptive_avg_pool backward: output size {o} for input size {n}"));
+        }
+        table_size(&[n, o], "adaptive pooling matrix")?;
+        let m = super::nn::adaptive_matrix(n, o);
+        let mut mt = vec![0.0; m.len()];
+        for r in 0..o as usize {
+            for c in 0..n as usize {
+                mt[c * o as usize + r] = m[r * n as usize + c];
+            }
+        }
+        let mc = cx.const_f(&[n, o], &mt, dt)?;
+        y = super::nn::apply_along(cx, y, lead + i, mc)?;
+    }
+    one(cx.convert(y, out_dt)?)
 }

@@ -28,6 +28,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_unsafe_index.Tensor", index_tensor),
     ("index_put.default", index_put),
     ("masked_scatter.default", masked_scatter),
+    ("masked_scatter_backward.default", masked_scatter_backward),
     ("put.default", put),
     ("nonzero_static.default", nonzero_static),
     ("_unsafe_index_put.default", index_put),
@@ -90,6 +91,25 @@ pub(crate) fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, upd
         .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
         .with("scatter_dims_to_operand_dims", Attr::Ints(all))
         .with("index_vector_dim", Attr::Int(r))
+        .with("kind", kind.attr());
+    Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
+}
+
+/// `x` [N, rest...] with the rows of `updates` [*I, rest...] combined by `kind` into the rows
+/// the integer `idx` [*I] names (along dim 0).
+pub(crate) fn scatter_rows(cx: &mut Ctx, x: ValueId, idx: ValueId, updates: ValueId, kind: ScatterKind) -> R<ValueId> {
+    let nb = cx.rank(idx) as i64;
+    let window: Vec<i64> = (nb..cx.rank(updates) as i64).collect();
+    let mut col = cx.dims(idx);
+    col.push(Dim::Static(1));
+    let coords = cx.reshape(idx, col)?;
+    let attrs = Attrs::new()
+        .with("update_window_dims", Attr::Ints(window))
+        .with("inserted_window_dims", Attr::Ints(vec![0]))
+        .with("input_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
+        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
+        .with("index_vector_dim", Attr::Int(nb))
         .with("kind", kind.attr());
     Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
 }
@@ -697,16 +717,52 @@ fn masked_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let flat_src = cx.reshape(src, vec![Dim::Static(count)])?;
     let mflat = cx.reshape(mb, vec![Dim::from_expr(n)])?;
+    let at = masked_slots(cx, mflat, count)?;
+    let g = super::shape::take_along(cx, flat_src, 0, at)?;
+    let g = cx.reshape(g, shape)?;
+    one(cx.select(mb, g, x)?)
+}
+
+/// The gradient of `masked_scatter`'s source: the output gradient at the true positions of
+/// `mask` (broadcast to it), in row-major order, then zeros up to the source's size `sizes`,
+/// as torch's `grad.masked_select(mask)` padded. Each true position adds its element to the
+/// slot its running count names; the other positions add zero to a valid slot.
+fn masked_scatter_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let m = cx.t("mask")?;
+    let sizes = cx.size_dims("sizes")?;
+    let shape = cx.dims(g);
+    let mb = cx.broadcast_to(m, &shape)?;
+    let mb = cx.truthy(mb)?;
+    let mut count = 1i64;
+    for d in &sizes {
+        count = count.saturating_mul(static_of(d, "masked_scatter_backward: the source size")?);
+    }
+    if count == 0 {
+        return one(cx.full(Scalar::Int(0), cx.dtype(g), &sizes)?);
+    }
+    let n = Dim::from_expr(cx.ty(g).num_elements_expr());
+    let flat_g = cx.reshape(g, vec![n.clone()])?;
+    let mflat = cx.reshape(mb, vec![n])?;
+    let at = masked_slots(cx, mflat, count)?;
+    let z = cx.full_like(Scalar::Int(0), flat_g)?;
+    let upd = cx.select(mflat, flat_g, z)?;
+    let zeros = cx.full(Scalar::Int(0), cx.dtype(g), &[Dim::Static(count)])?;
+    let r = scatter_rows(cx, zeros, at, upd, ScatterKind::Add)?;
+    one(cx.reshape(r, sizes)?)
+}
+
+/// For a flat bool mask, the slot of `masked_scatter`'s source each position maps to: the
+/// running count of true positions up to it, minus one, clamped to `0..count` (a false
+/// position gets its neighbour's slot; callers mask it).
+fn masked_slots(cx: &mut Ctx, mflat: ValueId, count: i64) -> R<ValueId> {
     let ones = cx.convert(mflat, DType::I64)?;
     let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
     let at = cx.bin_c(O::Sub, run, 1.0)?;
     let lo = cx.full_like(Scalar::Int(0), at)?;
     let hi = cx.full_like(Scalar::Int(count - 1), at)?;
     let at = cx.bin(O::Max, at, lo)?;
-    let at = cx.bin(O::Min, at, hi)?;
-    let g = super::shape::take_along(cx, flat_src, 0, at)?;
-    let g = cx.reshape(g, shape)?;
-    one(cx.select(mb, g, x)?)
+    cx.bin(O::Min, at, hi)
 }
 
 /// `put`: `self` flattened, `source` written (or added) at `index` (negative from the end).

@@ -41,6 +41,17 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("randint.low", randint),
     ("randint_like.default", randint),
     ("randint_like.low_dtype", randint),
+    // The overloads with an explicit `generator` argument (`torch.randn(size, generator=g)`):
+    // with `generator=None`, as Dynamo and torch.export leave them, the plain op.
+    ("rand.generator", rand),
+    ("randn.generator", randn),
+    ("randint.generator", randint),
+    ("randint.low_generator", randint),
+    ("randperm.default", randperm),
+    ("randperm.generator", randperm),
+    ("normal.Tensor_float", normal_tensors),
+    ("normal.float_Tensor", normal_tensors),
+    ("normal.Tensor_Tensor", normal_tensors),
 ];
 
 /// Whether `node` draws random numbers: one of the ATen random ops (the targets of `OPS` but
@@ -171,8 +182,17 @@ fn draw(cx: &mut Ctx, seed: ValueId, stream: i64, dims: &[Dim], dt: DType) -> R<
 // its own stream, numbered in graph order; sizes and dtypes are those torch recorded for the
 // result.
 
-/// The program's seed input and the next stream number.
+/// The program's seed input and the next stream number. A draw from a `torch.Generator` of
+/// the program's own (a `generator` argument that is not None) is refused: tpuc's numbers come
+/// from the seed input, so they could not follow that generator's state.
 fn next_draw(cx: &mut Ctx) -> R<(ValueId, i64)> {
+    if cx.opt("generator")?.is_some() {
+        return err(format!(
+            "{} draws from a torch.Generator object; tpuc draws random numbers from the program's seed input \
+             (torch's default generator under torch.compile, `tpuc run --seed`), so only generator=None is supported",
+            cx.node.target
+        ));
+    }
     let seed = match cx.st.env.get(SEED_INPUT) {
         Some(Val::Tensor(v)) => *v,
         _ => return err("internal: a random op in a program without a seed input"),
@@ -296,6 +316,30 @@ fn normal(cx: &mut Ctx) -> R<Vec<Val>> {
     let z = standard_normal(cx, dt)?;
     let z = cx.bin_c(O::Mul, z, std)?;
     one(cx.bin_c(O::Add, z, mean)?)
+}
+
+/// `mean + std * z` with a tensor mean or std (or both), broadcast to the result.
+fn normal_tensors(cx: &mut Ctx) -> R<Vec<Val>> {
+    let ty = result_type(cx)?;
+    let mean = cx.operand("mean")?;
+    let std = if cx.has("std") { cx.operand("std")? } else { Operand::N(Num::Float(1.0)) };
+    let z = standard_normal(cx, ty.dtype)?;
+    let std = cx.mat(&std, ty.dtype, &ty.dims)?;
+    let mean = cx.mat(&mean, ty.dtype, &ty.dims)?;
+    let z = cx.bin(O::Mul, z, std)?;
+    one(cx.bin(O::Add, z, mean)?)
+}
+
+/// A random permutation of `0..n`: the stable order of `n` uniform draws of 32 bits (f64), as
+/// the Python rewrite (`argsort(stable=True)` of the same draws).
+fn randperm(cx: &mut Ctx) -> R<Vec<Val>> {
+    let ty = result_type(cx)?;
+    if ty.rank() != 1 {
+        return err(format!("randperm: the result is {ty}, not 1-D"));
+    }
+    let u = draw_like_result(cx, DType::F64)?;
+    let (_, i) = super::reduce::sort_v(cx, u, 0, false)?;
+    one(cx.convert(i, ty.dtype)?)
 }
 
 /// `low + floor(u * (high - low))` with `u` of 32 bits (f64), converted to the result dtype.

@@ -40,7 +40,8 @@ pub struct ConvParams {
     pub groups: i64,
 }
 
-fn conv_attrs(stride: &[i64], padding: &[(i64, i64)], lhs_dil: &[i64], rhs_dil: &[i64], groups: i64, batch_groups: i64) -> Attrs {
+/// The IR convolution's attributes; `padding` is (low, high) per spatial dim.
+pub fn conv_attrs(stride: &[i64], padding: &[(i64, i64)], lhs_dil: &[i64], rhs_dil: &[i64], groups: i64, batch_groups: i64) -> Attrs {
     Attrs::new()
         .with("window_strides", Attr::Ints(stride.to_vec()))
         .with("padding", Attr::Ints(padding.iter().flat_map(|&(l, h)| [l, h]).collect()))

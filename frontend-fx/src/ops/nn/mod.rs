@@ -1,12 +1,13 @@
 //! Neural-network ops: convolution, normalization, pooling, attention, upsampling, dropout.
 //!
 //! The registry table of the family; the lowerings are in submodules by topic: `conv`,
-//! `norm`, `pool`, `attention`, `embedding` (embedding, dropout, the NLL loss) and
-//! `upsample`.
+//! `norm`, `pool`, `attention`, `embedding` (embedding, dropout, the NLL loss),
+//! `embedding_bag` and `upsample`.
 
 mod attention;
 mod conv;
 mod embedding;
+mod embedding_bag;
 mod norm;
 mod pool;
 mod upsample;
@@ -14,6 +15,7 @@ mod upsample;
 pub use attention::*;
 pub use conv::*;
 use embedding::*;
+use embedding_bag::*;
 pub use norm::*;
 pub use pool::*;
 use upsample::*;
@@ -64,6 +66,13 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_scaled_dot_product_flash_attention_for_cpu.default", sdpa_flash_cpu),
     ("_scaled_dot_product_efficient_attention.default", sdpa_efficient),
     ("embedding.default", embedding),
+    ("embedding_bag.default", embedding_bag),
+    ("embedding_bag.padding_idx", embedding_bag),
+    ("_embedding_bag.default", embedding_bag),
+    ("_embedding_bag_forward_only.default", embedding_bag),
+    ("_embedding_bag_backward.default", embedding_bag_backward),
+    ("_embedding_bag_dense_backward.default", embedding_bag_backward),
+    ("_embedding_bag_per_sample_weights_backward.default", embedding_bag_psw_backward),
     ("nll_loss_forward.default", nll_loss_forward),
     ("nll_loss2d_forward.default", nll_loss_forward),
     ("feature_dropout.default", dropout),

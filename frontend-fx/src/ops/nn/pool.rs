@@ -311,7 +311,7 @@ pub(super) fn avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 
 /// Averaging matrix [o, n] of adaptive pooling: row i averages [floor(i*n/o), ceil((i+1)*n/o)).
-fn adaptive_matrix(n: i64, o: i64) -> Vec<f64> {
+pub fn adaptive_matrix(n: i64, o: i64) -> Vec<f64> {
     let mut m = vec![0.0; (o * n) as usize];
     for i in 0..o {
         let s = (i * n) / o;
