@@ -33,7 +33,8 @@ Usage:
             and the coverage table docs/opinfo.md from both dtypes' records.
   --check   fails (exit 1) when an entry that passes in expected_<dtype>.json does not pass
             now, or the pass rate is below the one recorded there; entries that newly pass
-            are listed (run --update to record them).
+            are listed (run --update to record them), and so are the entries that do not
+            pass: known (recorded so) or not recorded.
 
 Workers are subprocesses (`--jobs`, default the CPU count) fed one entry at a time; an entry
 that kills its worker or runs past --timeout seconds is recorded as `crash` and a new worker
@@ -457,8 +458,29 @@ def write_expected(dtype: str, results: dict[str, dict]) -> None:
         fh.write("\n")
 
 
+# Statuses of entries that are counted and do not pass.
+FAILING = ("wrong", "refused", "error", "crash")
+
+
+def known_failures(recorded: dict) -> dict[str, list[str]]:
+    """The entries of an expected_<dtype>.json record that do not pass, by status: each is
+    known (recorded so), and `--check` passes while it stays so."""
+    out: dict[str, list[str]] = {s: [] for s in FAILING}
+    for n, (st, _) in sorted(recorded["entries"].items()):
+        if st in out:
+            out[st].append(n)
+    return out
+
+
 def write_doc() -> None:
     """docs/opinfo.md from the recorded results of every dtype."""
+    os.makedirs(os.path.dirname(DOC), exist_ok=True)
+    with open(DOC, "w") as fh:
+        fh.write(render_doc())
+
+
+def render_doc() -> str:
+    """The text of docs/opinfo.md, from the recorded results of every dtype."""
     rec = {}
     for d in DTYPES:
         if os.path.exists(expected_path(d)):
@@ -486,6 +508,18 @@ def write_doc() -> None:
         c = r["summary"]
         lines.append(f"| {d} | {c['pass']} | {c['wrong']} | {c['refused']} | {c['error']} | {c['crash']} | "
                      f"{c['excluded']} | {c['rate']} % of {c['eligible']} |")
+    lines += [
+        "",
+        "Every entry counted as wrong, refused, error or crash above is known: it is recorded with that",
+        "status in `tests/opinfo/expected_<dtype>.json`, so the check passes while it stays so (refused",
+        "entries are listed by op below). The others:",
+        "",
+        "| dtype | wrong | error | crash |",
+        "|---|---|---|---|",
+    ]
+    for d, r in rec.items():
+        k = known_failures(r)
+        lines.append(f"| {d} | " + " | ".join(", ".join(k[s]) or "-" for s in ("wrong", "error", "crash")) + " |")
     refused: dict[str, list[str]] = {}
     for d, r in rec.items():
         for n, (st, w) in r["entries"].items():
@@ -511,9 +545,7 @@ def write_doc() -> None:
     lines += ["", "## Backwards tested outside this suite", "", "| entry | test |", "|---|---|"]
     for n in sorted(BACKWARD_TESTED):
         lines.append(f"| {n} | `{BACKWARD_TESTED[n]}` |")
-    os.makedirs(os.path.dirname(DOC), exist_ok=True)
-    with open(DOC, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def check(dtype: str, results: dict[str, dict]) -> int:
@@ -527,6 +559,16 @@ def check(dtype: str, results: dict[str, dict]) -> int:
         print(f"REGRESSION {n}: {r['status']}: {r.get('message') or ', '.join(r.get('ops', []))}")
     if gained:
         print(f"newly passing ({len(gained)}; record with --update): {', '.join(sorted(gained))}")
+    failing = {n: r["status"] for n, r in results.items() if r["status"] in FAILING}
+    known = {n: s for n, s in failing.items() if was.get(n) in FAILING}
+    new = {n: s for n, s in failing.items() if n not in known and n not in lost}
+    if known:
+        counts = ", ".join(f"{sum(1 for s in known.values() if s == st)} {st}" for st in FAILING
+                           if st in known.values())
+        print(f"known: {counts}, recorded as not passing in {os.path.basename(expected_path(dtype))}")
+    if new:
+        print(f"not passing and not recorded ({len(new)}; record with --update): "
+              + ", ".join(f"{n} ({s})" for n, s in sorted(new.items())))
     if lost or rate < floor:
         print(f"FAILED: {len(lost)} regression(s); pass rate {rate} % (recorded {floor} %)")
         return 1
