@@ -15,7 +15,7 @@ use crate::shm::{Read2, ShmTier};
 use crate::stats::{self, Counters, Stats};
 use crate::{
     CacheConfig, CacheError, CacheOutcome, EntryInfo, EvictReport, Explanation, Listing, Probe,
-    Source, StatsReport, Tier, TierStatus, LOG,
+    Share, Source, StatsReport, Tier, TierStatus, LOG,
 };
 
 pub struct Cache {
@@ -28,6 +28,8 @@ pub struct Cache {
     /// Why tier 2 / 3 are off although configured.
     off: Vec<(Tier, String)>,
     creator: String,
+    /// The working directory recorded in the manifests this cache writes.
+    created_in: String,
 }
 
 impl Cache {
@@ -68,6 +70,12 @@ impl Cache {
             .creator
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), std::process::id()));
+        let created_in = config
+            .created_in
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
         Cache {
             memory: MemoryTier::new(config.memory_max_bytes),
             flights: SingleFlight::default(),
@@ -76,6 +84,7 @@ impl Cache {
             counters,
             off,
             creator,
+            created_in,
             config,
         }
     }
@@ -314,6 +323,7 @@ impl Cache {
                 .unwrap_or_default()
                 .as_millis() as u64,
             created_by: self.creator.clone(),
+            created_in: self.created_in.clone(),
         };
         let payload = Bytes::from(bytes);
         let enc = Encoded::new(&manifest, payload.clone());
@@ -492,6 +502,33 @@ impl Cache {
             }
         }
         out
+    }
+
+    /// How tier 2's entries (shared by every process on the host that uses the same
+    /// directory, whatever its project) divide by where they were compiled: in `dir` or a
+    /// folder below it, elsewhere, or unknown (entries written before the working directory
+    /// was recorded, and unreadable ones). `None` without tier 2.
+    pub fn tier2_share(&self, dir: &std::path::Path) -> Option<Share> {
+        let shm = self.shm.as_ref()?;
+        let mut share = Share::default();
+        for e in shm.entries() {
+            let origin = ShmTier::read_manifest(&e.path).ok().map(|m| m.created_in).unwrap_or_default();
+            let (n, b) = if origin.is_empty() {
+                (&mut share.unknown_entries, &mut share.unknown_bytes)
+            } else if std::path::Path::new(&origin).starts_with(dir) {
+                (&mut share.entries, &mut share.bytes)
+            } else {
+                (&mut share.other_entries, &mut share.other_bytes)
+            };
+            *n += 1;
+            *b += e.size;
+        }
+        Some(share)
+    }
+
+    /// [`Cache::tier2_share`] of the current working directory.
+    pub fn tier2_share_here(&self) -> Option<Share> {
+        self.tier2_share(&std::env::current_dir().ok()?)
     }
 
     /// Removes every entry of one tier (or all enabled tiers). Returns how

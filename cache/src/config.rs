@@ -100,6 +100,9 @@ pub struct CacheConfig {
     pub flush_timeout: Duration,
     /// Stand-in for `hostname:pid` in manifests (tests); `None` = real.
     pub creator: Option<String>,
+    /// Stand-in for the working directory recorded in manifests (tests); `None` = the
+    /// process's.
+    pub created_in: Option<PathBuf>,
 }
 
 impl Default for CacheConfig {
@@ -110,6 +113,7 @@ impl Default for CacheConfig {
             tier3: None,
             flush_timeout: Duration::from_secs(30),
             creator: None,
+            created_in: None,
         }
     }
 }

@@ -209,6 +209,7 @@ mod tests {
             compile_ms: 1,
             created_unix_ms: 0,
             created_by: String::new(),
+            created_in: String::new(),
         }
     }
 

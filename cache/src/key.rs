@@ -361,6 +361,11 @@ pub struct Manifest {
     /// `hostname:pid` of the process that compiled it.
     #[serde(default)]
     pub created_by: String,
+    /// The working directory of the process that compiled it (absolute), which tells one
+    /// project's entries from another's in a tier shared by every process on the host; empty
+    /// in entries written before it was recorded.
+    #[serde(default)]
+    pub created_in: String,
 }
 
 /// Explains a miss from the manifests of entries with the same graph fingerprint but another

@@ -85,7 +85,7 @@ pub use crate::key::{
 };
 pub use crate::remote::RemoteEntry;
 pub use crate::results::{
-    CacheError, CacheOutcome, EntryInfo, EvictReport, Explanation, Listing, Probe, Source,
+    CacheError, CacheOutcome, EntryInfo, EvictReport, Explanation, Listing, Probe, Share, Source,
     StatsReport, Tier, TierStatus,
 };
 pub use crate::stats::{Stats, TierStats};

@@ -166,6 +166,20 @@ pub struct TierStatus {
     pub budget: Option<u64>,
 }
 
+/// A part of tier 2 by where its entries were compiled (see [`crate::Cache::tier2_share`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    /// Entries compiled by processes working in the directory asked about, or below it.
+    pub entries: u64,
+    pub bytes: u64,
+    /// Entries compiled elsewhere.
+    pub other_entries: u64,
+    pub other_bytes: u64,
+    /// Entries that do not say where (written before that was recorded, or unreadable).
+    pub unknown_entries: u64,
+    pub unknown_bytes: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct StatsReport {
     /// This `Cache` since it was made.

@@ -414,3 +414,29 @@ fn explain_list_clear() {
     assert!(c.clear(Some(Tier::Remote)).is_err());
     let _: Option<Manifest> = None;
 }
+
+/// Tier 2 is shared by every project on the host; the share of one project's directory
+/// counts only the entries compiled there (or below it).
+#[test]
+fn share_of_a_directory_counts_only_its_entries() {
+    let dir = temp_dir("shm-share-of");
+    let in_dir = |created_in: &str| {
+        let mut t = Tier2Config::new("t");
+        t.root = dir.path().to_path_buf();
+        Cache::new(CacheConfig {
+            tier2: Some(t),
+            created_in: Some(PathBuf::from(created_in)),
+            ..Default::default()
+        })
+    };
+    let (a, b, c) = (kc("share-a"), kc("share-b"), kc("share-c"));
+    in_dir("/projects/one").get_or_compile(&a, ok(exe_bytes(&a, 1000))).unwrap();
+    in_dir("/projects/one/sub").get_or_compile(&b, ok(exe_bytes(&b, 2000))).unwrap();
+    in_dir("/projects/two").get_or_compile(&c, ok(exe_bytes(&c, 3000))).unwrap();
+    let share = in_dir("/elsewhere").tier2_share(Path::new("/projects/one")).unwrap();
+    assert_eq!((share.entries, share.other_entries, share.unknown_entries), (2, 1, 0));
+    assert!(share.bytes > 3000 && share.bytes < share.other_bytes + 3000, "{share:?}");
+    // A directory that only shares a prefix of the name is another project.
+    let share = in_dir("/elsewhere").tier2_share(Path::new("/projects/on")).unwrap();
+    assert_eq!((share.entries, share.other_entries), (0, 3));
+}

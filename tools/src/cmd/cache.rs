@@ -10,7 +10,9 @@ use crate::common::{report_passes, Failure};
 
 #[derive(Subcommand)]
 pub enum CacheCommand {
-    /// Hits and misses per tier, bytes, and compile time saved (this host's totals with tier 2).
+    /// Hits and misses per tier, bytes, and compile time saved. Tier 2 is shared by every process
+    /// on the host that uses it, whatever its project: the totals are the host's, and a last line
+    /// gives the share of the entries compiled in the current directory (or below it).
     Stats(CacheOnly),
     /// List cached entries.
     Ls(CacheTier),
@@ -80,6 +82,20 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 };
                 let budget = t.budget.map_or(String::new(), |b| format!(", budget {b} B"));
                 println!("tier {} {}: {}{size}{budget}", t.tier as u32, if t.enabled { "on" } else { "off" }, t.detail);
+            }
+            if let (Some(share), Ok(here)) = (cache.tier2_share_here(), std::env::current_dir()) {
+                let mut line = format!(
+                    "tier 2 share of {}: {} entries, {} B; elsewhere on this host: {} entries, {} B",
+                    here.display(),
+                    share.entries,
+                    share.bytes,
+                    share.other_entries,
+                    share.other_bytes
+                );
+                if share.unknown_entries > 0 {
+                    line += &format!("; from older releases (no directory recorded): {} entries, {} B", share.unknown_entries, share.unknown_bytes);
+                }
+                println!("{line}");
             }
             Ok(())
         }
