@@ -2,15 +2,16 @@
 # The main job on the embedded default: build tpuc, import the GPT-2 block fixture (a
 # torch.export .pt2 archive), print its tpuc IR, lower it to StableHLO and check that with the
 # real StableHLO verifier, run it on the XLA CPU plugin against PyTorch eager's outputs, and
-# compile it for a TPU v5e topology (no TPU needed); then install the Python package into
-# .venv and run a model through torch.compile(backend="tpuc").
+# compile it for a TPU v5e topology (no TPU needed); then run a model through
+# torch.compile(backend="tpuc"). One release build makes both the CLI and the Python extension
+# (scripts/build.sh), installs the package into .venv and puts `tpuc` on the venv's PATH.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
-cargo build --release -p tpuc-tools --bin tpuc
+scripts/build.sh
 tpuc=target/release/tpuc
-echo "== the binary: $root/$tpuc (cargo install --path tools puts it on PATH)"
+echo "== the binary: $root/$tpuc, linked as .venv/bin/tpuc (on PATH after: source .venv/bin/activate)"
 model=tests/fixtures/gpt2_block/export.pt2
 mkdir -p target/demo
 echo "== tpuc import $model (first lines)"
@@ -25,11 +26,7 @@ echo "== tpuc run $model on the XLA CPU plugin, compared with PyTorch eager"
   --expect tests/fixtures/gpt2_block/expected_0.npy --rtol 1e-4 --atol 1e-5
 echo "== tpuc compile $model --target tpu --topology v5e:2x2 (no TPU needed)"
 "$tpuc" compile "$model" --target tpu --topology v5e:2x2 -o target/demo/gpt2_block.v5e.xla
-echo "== the Python package into .venv (maturin develop --release), then torch.compile(backend=\"tpuc\")"
-if ! (cd python && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --release --quiet) >target/demo/maturin.log 2>&1; then
-  cat target/demo/maturin.log >&2
-  exit 1
-fi
+echo "== torch.compile(backend=\"tpuc\") with the package scripts/build.sh installed"
 .venv/bin/python - <<'PY'
 import torch
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run all tests: setup, cargo build, cargo tests, lit tests, verifier self-test, the Python
-# package (built with maturin into .venv), its pytest suite and the OpInfo suite.
+# package (scripts/build.sh: one release build of the CLI and the extension, into .venv), its pytest suite and the OpInfo suite.
 # Exits non-zero on the first failure. Extra env:
 #   TPUC_BIN          tpuc binary for lit (default: <target>/debug/tpuc)
 #   CARGO_TARGET_DIR  honoured as cargo does
@@ -62,12 +62,10 @@ step "tests/verify_stablehlo.py --self-test"
 "$ROOT/.venv/bin/python" "$ROOT/tests/verify_stablehlo.py" --self-test
 
 current="python package"
-step "maturin develop --release (python/) and pytest tests/python"
-# PIP_QUIET: maturin's pip prints a "Requirement already satisfied" line per dependency of
-# torch; warnings and errors still show.
-(cd "$ROOT/python" && PIP_QUIET=1 VIRTUAL_ENV="$ROOT/.venv" "$ROOT/.venv/bin/maturin" develop --release --quiet)
+step "scripts/build.sh (the release CLI and the Python extension, one build) and pytest tests/python"
+"$ROOT/scripts/build.sh"
 set +e
-"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/python"
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$ROOT/tests/python"
 rc=$?
 set -e
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.

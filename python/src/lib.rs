@@ -866,6 +866,9 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
 
 #[pymodule]
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The driver's warnings (a damaged cache entry, a tier turned off) on stderr, as the CLI
+    // prints them; RUST_LOG sets the level.
+    tpuc_driver::logging::init(0);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Program>()?;
     m.add_class::<HostBuffer>()?;

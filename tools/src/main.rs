@@ -82,7 +82,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
-    init_logging(cli.verbose);
+    tpuc_driver::logging::init(cli.verbose);
     // A panic is a tpuc bug: report it as an internal error (exit 2), never as a crash trace only.
     let result = std::panic::catch_unwind(|| run(cli));
     match result {
@@ -100,17 +100,6 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
