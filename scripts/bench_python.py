@@ -14,7 +14,7 @@ cache) and the steady-state median per call. For tpuc, the per-call time is spli
 
 Usage: scripts/bench_python.py [--models mlp,gpt2_block,gpt2_256] [--backends eager,tpuc,inductor]
                                [--seconds 2] [--json FILE]
-Build the extension in release mode first (scripts/test.sh does: maturin develop --release).
+Build the extension in release mode first (scripts/build.sh).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ For train_step also the time per step outside XLA's execution (Python, argument 
 transfers): `overhead`. Prints a table; `--json FILE` writes the figures.
 
 Usage: scripts/bench_train_step.py [--models gpt2,bert] [--ways ...] [--steps 5]
-Build the extension in release mode first (scripts/test.sh does: maturin develop --release).
+Build the extension in release mode first (scripts/build.sh).
 """
 
 from __future__ import annotations

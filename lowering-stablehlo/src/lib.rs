@@ -1,8 +1,8 @@
 //! tpuc IR → StableHLO MLIR text.
 //!
 //! [`emit_stablehlo`] verifies the module ([`tpuc_ir::verify()`]; an unverified module never
-//! reaches code generation; [`emit_verified_stablehlo`] trusts a caller that just verified it)
-//! and writes it in the pretty form `stablehlo-opt` prints:
+//! reaches code generation; [`emit`] takes the proof, [`tpuc_ir::Verified`], of a caller that
+//! just verified it) and writes it in the pretty form `stablehlo-opt` prints:
 //!
 //! ```text
 //! module @tpuc {
