@@ -9,9 +9,9 @@ kernel's business: on the CPU, the order `std::nth_element` leaves them in (expe
 picks the lowest indices, as XLA's TopK does. The models here draw the router at random, as
 trained checkpoints have it, and one test pins the tie rule with the default zero router.
 
-The experts run as `batched_mm`: transformers' default `grouped_mm` falls back, for float32
-weights under tracing, to its own custom op `transformers::grouped_mm_fallback`, which torch
-cannot decompose and tpuc does not import.
+The experts run as `batched_mm` here; transformers' default `grouped_mm`, which falls back for
+float32 weights under tracing to its custom op `transformers::grouped_mm_fallback`, is tested
+in test_grouped_mm_fallback.py.
 """
 
 import copy

@@ -22,6 +22,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("linear.default", linear),
     ("einsum.default", einsum),
     ("_grouped_mm.default", grouped_mm),
+    // transformers' opaque stand-in for `_grouped_mm` (every MoE layer of transformers 5 on a
+    // dtype `torch._grouped_mm` does not take), forward and backward.
+    ("torch.ops.transformers.grouped_mm_fallback.default", grouped_mm_fallback),
+    ("torch.ops.transformers.grouped_mm_fallback_backward.default", grouped_mm_fallback_backward),
 ];
 
 /// Both operands in their promoted dtype.
@@ -417,6 +421,70 @@ fn einsum(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.transpose(acc.v, &perm)?)
 }
 
+/// Rows of `a` [M, K] in groups by `offs` [G], each times its group's `b[g]` [K, N] → [M, N];
+/// rows past the last offset are zero.
+fn grouped_rows(cx: &mut Ctx, a: ValueId, b: ValueId, offs: ValueId, what: &str) -> R<ValueId> {
+    let (sa, sb) = (cx.dims(a), cx.dims(b));
+    let g = cx.dims(offs)[0].clone();
+    if cx.rank(a) != 2 || cx.rank(b) != 3 || sb[0] != g || sa[1] != sb[1] {
+        return err(format!("{what}: {} and {} with {} groups do not multiply", cx.ty(a), cx.ty(b), g));
+    }
+    let p = dg(cx, a, b, &[], &[], &[1], &[1])?; // [M, G, N]
+    let mask = group_mask(cx, offs, &sa[0])?; // [G, M]
+    pick_group(cx, p, mask, &[1, 0], 1)
+}
+
+/// The operands of transformers' grouped GEMM ops: input [S, K] and weight [G, K, N] of one
+/// floating dtype, offs [G] cumulative row counts.
+fn fallback_operands(cx: &mut Ctx, what: &str) -> R<(ValueId, ValueId, ValueId)> {
+    let (a, b, offs) = (cx.t("input")?, cx.t("weight")?, cx.t("offs")?);
+    if cx.dtype(a) != cx.dtype(b) || !cx.dtype(a).is_float() {
+        return err(format!("{what} needs two floating-point operands of one dtype, got {} and {}", cx.ty(a), cx.ty(b)));
+    }
+    if cx.rank(offs) != 1 || !cx.dtype(offs).is_int() {
+        return err(format!("{what}: offs must be a 1-D integer tensor, got {}", cx.ty(offs)));
+    }
+    Ok((a, b, offs))
+}
+
+/// `transformers::grouped_mm_fallback(input, weight, offs)`: `_grouped_mm` of 2-D tokens and
+/// 3-D expert weights; rows past the last offset are zero, as its loop leaves them.
+fn grouped_mm_fallback(cx: &mut Ctx) -> R<Vec<Val>> {
+    let (a, b, offs) = fallback_operands(cx, "grouped_mm_fallback")?;
+    one(grouped_rows(cx, a, b, offs, "grouped_mm_fallback")?)
+}
+
+/// `transformers::grouped_mm_fallback_backward(input, weight, offs, grad_output)` →
+/// (grad_input, grad_weight): each row's gradient through its own group's weight, and each
+/// group's weight gradient from its rows only (zero for an empty group).
+fn grouped_mm_fallback_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let what = "grouped_mm_fallback_backward";
+    let (a, b, offs) = fallback_operands(cx, what)?;
+    let dy = cx.t("grad_output")?;
+    let (sa, sb) = (cx.dims(a), cx.dims(b));
+    let g = cx.dims(offs)[0].clone();
+    if cx.rank(dy) != 2 || cx.dims(dy) != vec![sa[0].clone(), sb[2].clone()] || cx.dtype(dy) != cx.dtype(a) {
+        return err(format!("{what}: grad_output {} does not match input {} and weight {}", cx.ty(dy), cx.ty(a), cx.ty(b)));
+    }
+    let bt = cx.transpose(b, &[0, 2, 1])?; // [G, N, K]
+    let da = grouped_rows(cx, dy, bt, offs, what)?;
+    // dW[g] = Σ over the rows s of group g of a[s]ᵀ dy[s]: both sides zero outside the group,
+    // so that NaN or Inf in another group's rows stays out.
+    let mask = group_mask(cx, offs, &sa[0])?; // [G, S]
+    let mut in_group = |v: ValueId| -> R<ValueId> {
+        let mut shape = vec![g.clone()];
+        shape.extend(cx.dims(v));
+        let gv = cx.b.broadcast_in_dim(v, &[1, 2], shape.clone())?;
+        let m = cx.b.broadcast_in_dim(mask, &[0, 1], shape)?;
+        let zero = cx.full_like(Scalar::Float(0.0), gv)?;
+        cx.select(m, gv, zero)
+    };
+    let ga = in_group(a)?; // [G, S, K]
+    let gdy = in_group(dy)?; // [G, S, N]
+    let dw = dg(cx, ga, gdy, &[0], &[0], &[1], &[1])?; // [G, K, N]
+    Ok(vec![Val::Tensor(da), Val::Tensor(dw)])
+}
+
 /// Which group each position of a ragged dim of length `len` belongs to, as a mask [G, len]:
 /// group g spans `[offs[g-1], offs[g])` (from 0 for g = 0); positions past the last offset
 /// are in no group.
@@ -492,14 +560,7 @@ fn grouped_mm(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let g = cx.dims(offs)[0].clone();
     match (ra, rb) {
-        (2, 3) => {
-            if sb[0] != g || sa[1] != sb[1] {
-                return err(format!("_grouped_mm: {} and {} with {} groups do not multiply", cx.ty(a), cx.ty(b), g));
-            }
-            let p = dg(cx, a, b, &[], &[], &[1], &[1])?; // [M, G, N]
-            let mask = group_mask(cx, offs, &sa[0])?; // [G, M]
-            one(pick_group(cx, p, mask, &[1, 0], 1)?)
-        }
+        (2, 3) => one(grouped_rows(cx, a, b, offs, "_grouped_mm")?),
         (3, 2) => {
             if sa[0] != g || sa[2] != sb[0] {
                 return err(format!("_grouped_mm: {} and {} with {} groups do not multiply", cx.ty(a), cx.ty(b), g));

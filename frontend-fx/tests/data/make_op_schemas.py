@@ -15,6 +15,10 @@ import sys
 
 import torch
 
+try:  # transformers' grouped GEMM ops (torch.ops.transformers.*) are defined on import
+    import transformers.integrations.moe  # noqa: F401
+except ImportError:
+    pass
 try:  # tpuc's own ops (torch.ops.tpuc.*) are defined by its Python package
     import tpuc.random  # noqa: F401
 except ImportError:
