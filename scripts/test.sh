@@ -72,6 +72,12 @@ set -e
 [ "$rc" -ne 5 ] || { echo "pytest collected no tests in tests/python" >&2; exit 1; }
 [ "$rc" -eq 0 ] || exit "$rc"
 
+# The model corpus's CI sample (scripts/corpus/sample.txt): fails when a path recorded ok in
+# scripts/corpus/expected_sample.json stops being ok.
+current="model corpus sample"
+step "scripts/corpus/run.py --sample"
+"$ROOT/.venv/bin/python" "$ROOT/scripts/corpus/run.py" --sample --jobs 2
+
 # PyTorch's OpInfo suite through torch.compile: fails when an entry recorded as passing in
 # tests/opinfo/expected_<dtype>.json stops passing (docs/opinfo.md is the table).
 for dtype in float32 int64 bfloat16 float16; do

@@ -1,0 +1,289 @@
+"""One family of the corpus through tpuc's three paths, each compared with eager; run by
+run.py in a process of its own (a crash or a hang costs one family, not the run).
+
+  cli    torch.export (core ATen, after run_decompositions; the raw export where torch's own
+         decompositions fail), then `tpuc run` on the archive
+  infer  torch.compile(model, backend="tpuc", options={"strict": True}), eval mode, no grad
+  train  three AdamW steps through torch.compile (strict), losses and parameters against an
+         eager copy trained on the same batch
+
+Prints one line per path: `CORPUS {"path", "status", "detail", "error", "compile_s", "run_s"}`.
+Statuses: ok; mismatch (error: the largest difference relative to the output's scale); refused
+(tpuc refused an op; detail names it); error (tpuc failed otherwise); torch (eager, export or
+the harness failed before tpuc: listed, not counted). run.py adds crash and timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TPUC = os.environ.get("TPUC_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
+                                                  "release", "tpuc")
+TOL = {"cli": (1e-4, 1e-4), "infer": (1e-4, 1e-4), "train": (1e-4, 1e-3)}  # (atol, rtol)
+
+
+class TorchFailure(Exception):
+    """Eager, export or the harness failed: not tpuc's doing."""
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first line of the message`."""
+    msg = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {msg}"
+
+
+def compiled_with_tpuc(model):
+    """A fresh Dynamo state and the model under torch.compile(backend="tpuc"), strict."""
+    torch._dynamo.reset()
+    return torch.compile(model, backend="tpuc", options={"strict": True})
+
+
+def say(path: str, status: str, detail: str = "", error: float | None = None, compile_s=None, run_s=None):
+    print("CORPUS " + json.dumps(dict(path=path, status=status, detail=detail[:500], error=error,
+                                      compile_s=compile_s, run_s=run_s)), flush=True)
+
+
+def rel_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    """The largest |got - want| over the outputs, each relative to max(1, max |want|); inf when
+    shapes differ or a finite value became NaN."""
+    if len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        g, w = torch.as_tensor(g), torch.as_tensor(w)
+        if g.shape != w.shape:
+            return float("inf")
+        if not w.is_floating_point() and not w.is_complex():
+            worst = max(worst, float((g.to(w.dtype) != w).any()))
+            continue
+        g, w = g.double(), w.double()
+        both_nan = torch.isnan(g) & torch.isnan(w)
+        d = torch.where(both_nan, torch.zeros_like(g), (g - w).abs())
+        if torch.isnan(d).any():
+            return float("inf")
+        scale = max(1.0, float(w[torch.isfinite(w)].abs().max()) if torch.isfinite(w).any() else 1.0)
+        worst = max(worst, float(d.max()) / scale if d.numel() else 0.0)
+    return worst
+
+
+def classify(e: BaseException) -> tuple[str, str]:
+    """(status, detail) of a failure inside tpuc's path."""
+    cause = e
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        if type(cause).__name__.startswith("Tpuc"):
+            break
+        cause = cause.__cause__ or cause.__context__
+    if type(cause).__name__.startswith("Tpuc"):
+        kind = getattr(cause, "kind", "")
+        if kind in ("unsupported_op",) or type(cause).__name__ == "TpucUnsupportedError":
+            ops = sorted({n.get("target") or "?" for n in getattr(cause, "nodes", [])}) or [getattr(cause, "target", "?")]
+            return "refused", ", ".join(str(o) for o in ops)
+        return "error", f"{kind}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return "error", f"{type(e).__name__}: {msg}"
+
+
+def as_double(model, kwargs):
+    """A float64 copy of the model and its inputs: the reference that tells eager's own rounding
+    noise (eager float32 against float64) from a real difference."""
+    m = copy.deepcopy(model).double()
+    kw = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+    return m, kw
+
+
+def judge(path: str, got, want, noise_of=None) -> tuple[str, float, str]:
+    """(status, error, detail): ok within the path's tolerance; else, where a float64 reference
+    can be made (`noise_of()` returns eager float32's and tpuc's errors against it), ok when
+    tpuc is no further from float64 than twice eager's own distance from it."""
+    err = rel_error(got, want)
+    atol, rtol = TOL[path]
+    if err <= atol + rtol:
+        return "ok", err, ""
+    if noise_of is not None:
+        try:
+            eager_err, tpuc_err = noise_of()
+        except Exception:  # noqa: BLE001 - the model does not run in float64
+            return "mismatch", err, "no float64 reference"
+        detail = f"vs float64: eager {eager_err:.2g}, tpuc {tpuc_err:.2g}"
+        if tpuc_err <= 2 * eager_err + atol:
+            return "ok", err, "within eager's own noise: " + detail
+        return "mismatch", err, detail
+    return "mismatch", err, ""
+
+
+def forward_noise(model, kwargs, got, want) -> tuple[float, float]:
+    """Eager float32's and tpuc's distances from the model's float64 forward."""
+    m64, kw64 = as_double(model, kwargs)
+    with torch.no_grad():
+        ref = leaves(m64(**kw64))
+    return rel_error(want, ref), rel_error(got, ref)
+
+
+def leaves(out) -> list[torch.Tensor]:
+    return [t.detach() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def path_cli(model, kwargs, tmp: str):
+    model.eval()
+    note = ""
+    try:
+        with torch.no_grad():
+            want = leaves(model(**kwargs))
+            ep = torch.export.export(model, (), kwargs=kwargs, strict=False)
+            try:
+                ep = ep.run_decompositions()
+            except Exception as e:  # noqa: BLE001 - tpuc imports the raw export as it comes
+                note = f"raw export (run_decompositions failed in torch: {type(e).__name__})"
+        pt2 = os.path.join(tmp, "model.pt2")
+        torch.export.save(ep, pt2)
+    except Exception as e:  # noqa: BLE001
+        raise TorchFailure(f"export: {first_line(e)}") from e
+    flat = [a for a in torch.utils._pytree.tree_leaves(((), kwargs)) if isinstance(a, torch.Tensor)]
+    import numpy as np
+
+    inputs = []
+    for i, a in enumerate(flat):
+        p = os.path.join(tmp, f"in_{i}.npy")
+        np.save(p, a.numpy())
+        inputs.append(p)
+    out_dir = os.path.join(tmp, "out")
+    t0 = time.perf_counter()
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", *inputs, "--out-dir", out_dir, "--no-cache"],
+                       capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - t0
+    if p.returncode != 0:
+        err = (p.stderr or p.stdout).strip().splitlines()
+        line = next((x for x in err if x.startswith("error")), err[0] if err else f"exit {p.returncode}")
+        if "unsupported" in line or "not supported" in line or "refus" in line:
+            return say("cli", "refused", line, compile_s=took)
+        return say("cli", "crash" if p.returncode >= 2 else "error", line, compile_s=took)
+    # The CLI writes every output of the program, buffer mutations included: keep the user's.
+    user = [i for i, o in enumerate(ep.graph_signature.output_specs)
+            if o.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    got = [torch.from_numpy(np.load(os.path.join(out_dir, f"output_{i}.npy"))) for i in user
+           if os.path.exists(os.path.join(out_dir, f"output_{i}.npy"))]
+    status, err, detail = judge("cli", got, want, lambda: forward_noise(model, kwargs, got, want))
+    say("cli", status, "; ".join(x for x in (note, detail) if x), err, compile_s=took)
+
+
+def path_infer(model, kwargs):
+    model.eval()
+    try:
+        with torch.no_grad():
+            want = leaves(model(**kwargs))
+    except Exception as e:  # noqa: BLE001
+        raise TorchFailure(f"eager: {first_line(e)}") from e
+    compiled = compiled_with_tpuc(model)
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad():
+            got = leaves(compiled(**kwargs))
+    except Exception as e:  # noqa: BLE001
+        status, detail = classify(e)
+        return say("infer", status, detail, compile_s=time.perf_counter() - t0)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        compiled(**kwargs)
+    run_s = time.perf_counter() - t0
+
+    status, err, detail = judge("infer", got, want, lambda: forward_noise(model, kwargs, got, want))
+    say("infer", status, detail, err, compile_s=first, run_s=run_s)
+
+
+def _loss(out, has_loss: bool) -> torch.Tensor:
+    if has_loss and getattr(out, "loss", None) is not None:
+        return out.loss
+    t = models.first_float(out)
+    if t is None:
+        raise TorchFailure("no floating output to train on")
+    return t.float().pow(2).mean()
+
+
+def _train(model, call, kwargs, has_loss: bool, steps: int = 3):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = _loss(call(**kwargs), has_loss)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def path_train(model, kwargs, has_loss: bool):
+    model.train()
+    reference, start = copy.deepcopy(model), copy.deepcopy(model)
+    try:
+        want_losses = _train(reference, reference, kwargs, has_loss)
+    except TorchFailure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise TorchFailure(f"eager training: {first_line(e)}") from e
+    compiled = compiled_with_tpuc(model)
+    t0 = time.perf_counter()
+    try:
+        got_losses = _train(model, compiled, kwargs, has_loss)
+    except Exception as e:  # noqa: BLE001
+        status, detail = classify(e)
+        return say("train", status, detail, compile_s=time.perf_counter() - t0)
+    took = time.perf_counter() - t0
+    want = [torch.tensor(want_losses)] + [p.detach() for p in reference.parameters()]
+    got = [torch.tensor(got_losses)] + [p.detach() for p in model.parameters()]
+    def noise():
+        m64, kw64 = as_double(start, kwargs)
+        ref_losses = _train(m64, m64, kw64, has_loss)
+        ref = [torch.tensor(ref_losses, dtype=torch.float64)] + [p.detach() for p in m64.parameters()]
+        return rel_error(want, ref), rel_error(got, ref)
+
+    status, err, detail = judge("train", got, want, noise)
+    say("train", status, detail, err, compile_s=took)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("family")
+    ap.add_argument("--paths", default="cli,infer,train")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    import tpuc  # noqa: F401  (registers the backend and its errors)
+
+    for path in a.paths.split(","):
+        try:
+            model, kwargs, has_loss = models.build(a.family, head=(path == "train"))
+        except Exception as e:  # noqa: BLE001
+            say(path, "torch", f"build: {first_line(e)}")
+            continue
+        try:
+            with tempfile.TemporaryDirectory(prefix="tpuc-corpus-") as tmp:
+                if path == "cli":
+                    path_cli(model, kwargs, tmp)
+                elif path == "infer":
+                    path_infer(model, kwargs)
+                elif path == "train":
+                    path_train(model, kwargs, has_loss)
+        except TorchFailure as e:
+            say(path, "torch", str(e))
+        except Exception as e:  # noqa: BLE001
+            status, detail = classify(e)
+            say(path, status, detail + " | " + traceback.format_exc().strip().splitlines()[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The corpus: every model type of transformers' AutoModel mapping and one model per timm module,
+built small from its default config by rules written once (`shrink`), with random weights and
+fixed seeds, and the inputs each one takes (`inputs_for`). Nothing is downloaded.
+
+A family is named `hf:<model_type>` or `timm:<module>`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Config attributes, by what they mean, and the value a small model gets. A value is only ever
+# lowered (an attribute already smaller stays), and lists shrink element by element.
+WIDTH = 32
+RULES: dict[str, int] = {}
+for _names, _value in [
+    (("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "hidden_dim", "projection_dim",
+      "text_embed_dim", "vision_embed_dim", "d_embed", "word_embed_proj_dim", "emb_dim", "encoder_hidden_size",
+      "embedding_dim", "model_dim", "proj_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank"), WIDTH),
+    (("intermediate_size", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "mlp_dim",
+      "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner", "ff_dim", "inner_dim",
+      "decoder_intermediate_size"), 2 * WIDTH),
+    (("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "n_layers",
+      "num_decoder_layers", "num_encoder_layers", "depth", "num_blocks"), 2),
+    (("num_attention_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads", "num_heads",
+      "n_heads", "attention_heads"), 4),
+    (("num_key_value_heads", "num_kv_heads", "n_kv_heads"), 2),
+    (("head_dim", "v_head_dim", "qk_nope_head_dim", "attention_head_size", "d_kv"), 8),
+    (("vocab_size", "n_vocab"), 512),
+    (("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), 4),
+    (("num_experts_per_tok", "moe_topk", "top_k"), 2),
+    (("image_size", "img_size"), 32),
+    (("num_mel_bins", "n_mels"), 16),
+]:
+    for _n in _names:
+        RULES[_n] = _value
+
+# Per-type overrides, applied after the rules: only what the rules cannot know.
+OVERRIDES: dict[str, dict] = {
+    # Patch sizes that do not divide the shrunk image.
+    "vit": {"patch_size": 4},
+    "deit": {"patch_size": 4},
+    "beit": {"patch_size": 4},
+}
+
+SEQ = 16
+BATCH = 2
+
+
+def hf_families() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    return [f"hf:{t}" for t in sorted(MODEL_MAPPING_NAMES)]
+
+
+def timm_families() -> list[str]:
+    try:
+        from timm.models import _registry
+    except ImportError:
+        return []
+    return [f"timm:{m}" for m in sorted(_registry._module_to_models) if _registry._module_to_models[m]]
+
+
+def families() -> list[str]:
+    return hf_families() + timm_families()
+
+
+def _shrink_value(name: str, value):
+    lname = name.lower()
+    if isinstance(value, float) and ("dropout" in lname or "pdrop" in lname or "drop_rate" in lname
+                                     or "drop_path" in lname or "layerdrop" in lname):
+        return 0.0
+    if isinstance(value, bool) or name not in RULES:
+        if isinstance(value, (list, tuple)) and name in ("hidden_sizes", "embed_dims", "dims", "channels"):
+            return type(value)(min(v, WIDTH) if isinstance(v, int) else v for v in value)
+        if isinstance(value, (list, tuple)) and name in ("depths", "num_layers_per_block", "layers"):
+            return type(value)(min(v, 1) if isinstance(v, int) else v for v in value)
+        return value
+    want = RULES[name]
+    if isinstance(value, int) and value > want:
+        return want
+    return value
+
+
+def shrink(config, model_type: str = ""):
+    """Shrinks `config` (and every sub-config) in place by RULES, then the type's OVERRIDES."""
+    from transformers import PretrainedConfig
+
+    for name, value in list(vars(config).items()):
+        if isinstance(value, PretrainedConfig):
+            shrink(value)
+        elif isinstance(value, dict) and "model_type" in value:
+            continue
+        else:
+            try:
+                setattr(config, name, _shrink_value(name, value))
+            except (AttributeError, TypeError, ValueError):
+                pass
+    # Lists tied to the number of layers.
+    n = getattr(config, "num_hidden_layers", None)
+    for name in ("layer_types", "block_types", "attn_layer_indices"):
+        v = getattr(config, name, None)
+        if isinstance(v, list) and isinstance(n, int) and name == "layer_types":
+            setattr(config, name, v[:n])
+    # Token ids must exist in the shrunk vocabulary.
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int):
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
+                     "cls_token_id", "mask_token_id"):
+            v = getattr(config, name, None)
+            if isinstance(v, int) and v >= vocab:
+                setattr(config, name, vocab - 1 - ("pad" in name))
+            elif isinstance(v, list):
+                setattr(config, name, [min(x, vocab - 1) for x in v])
+    # No key-value cache in the outputs (torch.export cannot return one; eager needs none).
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    for k, v in OVERRIDES.get(model_type, {}).items():
+        setattr(config, k, v)
+    return config
+
+
+def build(family: str, head: bool):
+    """(model, kwargs, has_loss) for a family; `head` picks a task head that computes a loss
+    from `labels`, where the type has one. Raises where the harness cannot build it."""
+    torch.manual_seed(0)
+    kind, name = family.split(":", 1)
+    if kind == "timm":
+        return _build_timm(name)
+    import transformers
+    from transformers.models.auto import modeling_auto as ma
+
+    config = shrink(transformers.CONFIG_MAPPING[name](), name)
+    cls_name, task = ma.MODEL_MAPPING_NAMES[name], None
+    if head:
+        for mapping, t in ((ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "causal"),
+                           (ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, "seqcls"),
+                           (ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, "imgcls")):
+            if name in mapping:
+                cls_name, task = mapping[name], t
+                break
+    if isinstance(cls_name, (list, tuple)):
+        cls_name = cls_name[0]
+    cls = getattr(transformers, cls_name)
+    model = cls(config)
+    kwargs = inputs_for(model, config)
+    if task == "causal" and "input_ids" in kwargs:
+        kwargs["labels"] = kwargs["input_ids"]
+    elif task in ("seqcls", "imgcls"):
+        kwargs["labels"] = torch.randint(0, max(getattr(config, "num_labels", 2), 1), (BATCH,))
+    return model, kwargs, task is not None
+
+
+SMALL = ("atto", "femto", "pico", "nano", "tiny", "mini", "small", "xs", "18", "10", "b0", "002", "050")
+
+
+def _smallest(names: list[str]) -> str:
+    """The model of a timm module that its name says is smallest (the first of SMALL that a
+    name has as a word or a number of its own), else the shortest name."""
+    import re
+
+    for word in SMALL:
+        pat = rf"(?<!\d){word}(?!\d)" if word[0].isdigit() else rf"(^|[_\-.]){word}"
+        hits = [n for n in names if re.search(pat, n)]
+        if hits:
+            return min(sorted(hits), key=len)
+    return min(sorted(names), key=len)
+
+
+def _build_timm(module: str):
+    """The module's smallest model, 10 classes, no dropout, at 64x64 where it takes that (ViTs
+    are built for it), else at its default input size."""
+    import timm
+    from timm.models import _registry
+
+    name = _smallest(sorted(_registry._module_to_models[module]))
+    kw = dict(pretrained=False, num_classes=10, drop_rate=0.0)
+    try:
+        model = timm.create_model(name, img_size=64, **kw)
+    except TypeError:
+        model = timm.create_model(name, **kw)
+    c, h, w = getattr(model, "pretrained_cfg", None) and model.pretrained_cfg.get("input_size") or (3, 224, 224)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(BATCH, c, 64, 64, generator=g)
+    try:
+        with torch.no_grad():
+            model.eval()(x)
+    except Exception:  # noqa: BLE001 - a model that needs its own input size gets it
+        x = torch.randn(BATCH, c, h, w, generator=g)
+    return model, {"x": x}, False
+
+
+def inputs_for(model, config) -> dict:
+    """The inputs of the model's main input kind, made from its config."""
+    g = torch.Generator().manual_seed(1)
+    main = getattr(model, "main_input_name", "input_ids")
+    vision = getattr(config, "vision_config", None) or config
+    if main == "input_ids":
+        vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 512)
+        ids = torch.randint(3, max(vocab - 2, 4), (BATCH, SEQ), generator=g)
+        kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if getattr(config, "is_encoder_decoder", False):
+            kw["decoder_input_ids"] = ids  # a base encoder-decoder has no labels to shift
+        return kw
+    if main == "pixel_values":
+        c = getattr(vision, "num_channels", 3)
+        s = getattr(vision, "image_size", 32)
+        s = s[0] if isinstance(s, (list, tuple)) else s
+        return {"pixel_values": torch.randn(BATCH, c, s, s, generator=g)}
+    if main == "input_values":
+        return {"input_values": torch.randn(BATCH, 1600, generator=g)}
+    if main == "input_features":
+        mel = getattr(config, "num_mel_bins", 16)
+        frames = 2 * getattr(config, "max_source_positions", 50)
+        return {"input_features": torch.randn(BATCH, mel, frames, generator=g)}
+    raise NotImplementedError(f"no inputs for main input {main!r}")
+
+
+def first_float(out):
+    """The first floating tensor of a model output (the loss of a head, else its main output)."""
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() else None
+    vals = out.values() if isinstance(out, dict) else out.to_tuple() if hasattr(out, "to_tuple") else out
+    for v in vals:
+        t = first_float(v) if isinstance(v, (torch.Tensor, tuple, list, dict)) else None
+        if t is not None:
+            return t
+    return None
+
+
+def flat_tensors(out) -> list[torch.Tensor]:
+    """Every tensor of a model output, in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for v in out for t in flat_tensors(v)]
+    return []
