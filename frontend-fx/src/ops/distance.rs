@@ -110,13 +110,16 @@ fn trilinear(cx: &mut Ctx) -> R<Vec<Val>> {
         xs.push(v);
     }
     let dt = cx.result_type(&xs.iter().map(|&v| Operand::T(v)).collect::<Vec<_>>())?;
+    // Products and their sum in the compute dtype (f32 for 16-bit floats), rounded once, as
+    // eager's matmul-based kernel accumulates; rounding each product in f16 drifts by ulps.
+    let ct = dtypes::compute_dtype(dt);
     let mut shape = Vec::new();
     for &v in &xs {
         shape = tpuc_ir::infer::broadcast_shapes(&shape, &cx.dims(v))?;
     }
     let mut prod: Option<ValueId> = None;
     for v in xs {
-        let v = cx.convert(v, dt)?;
+        let v = cx.convert(v, ct)?;
         let v = cx.broadcast_to(v, &shape)?;
         prod = Some(match prod {
             Some(p) => cx.bin(O::Mul, p, v)?,
@@ -128,8 +131,6 @@ fn trilinear(cx: &mut Ctx) -> R<Vec<Val>> {
     let mut sum: Vec<usize> = cx.ints("sumdim")?.into_iter().map(|d| norm_dim(d, r)).collect::<R<_>>()?;
     sum.sort_unstable();
     sum.dedup();
-    if sum.is_empty() {
-        return one(prod);
-    }
-    one(cx.reduce(prod, ReduceKind::Sum, &sum, false)?)
+    let out = if sum.is_empty() { prod } else { cx.reduce(prod, ReduceKind::Sum, &sum, false)? };
+    one(cx.convert(out, dt)?)
 }
