@@ -120,7 +120,7 @@ pub struct SizeRead {
 }
 
 /// Where each symbol's size is read at a call, in signature order: every input dim (and SymInt
-/// input) that is exactly one symbol. `None` when the inputs have no symbolic size, or when a
+/// input) that is exactly one symbol. `None` when the inputs have no symbolic size (and the program no data-dependent one), or when a
 /// symbol of an input's shape is never one by itself (`2*s0` only): its size cannot be read,
 /// so the program cannot be bucketed.
 pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
@@ -148,7 +148,9 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
         }
     }
     let seen: std::collections::BTreeSet<&str> = reads.iter().map(|r| r.symbol.as_str()).collect();
-    (!reads.is_empty() && needed.iter().all(|s| seen.contains(s.as_str()))).then_some(reads)
+    // Data-dependent sizes (`nonzero`) are no input's: the program returns them.
+    let data_dependent = !tpuc_passes::specialize::defined_sizes(module).is_empty();
+    ((data_dependent || !reads.is_empty()) && needed.iter().all(|s| seen.contains(s.as_str()))).then_some(reads)
 }
 
 /// The bucket of every symbol for real sizes `sizes`.

@@ -436,6 +436,27 @@ fn infer(
             check_dim_list("reverse dimensions", ops[0].rank(), ints(attrs, "dimensions")?.iter(), true)?;
             one(ops[0].clone())
         }
+        BindSize => {
+            let d = int(attrs, "dimension")?;
+            if d < 0 || d as usize >= ops[0].rank() {
+                return fail(format!("bind_size dimension {d} out of range for {}", ops[0]));
+            }
+            if !(ops[1].rank() == 0 && ops[1].dtype == DType::I64) {
+                return fail(format!("bind_size takes its size as an i64 scalar, got {}", ops[1]));
+            }
+            let Some(t) = given1 else { return fail("bind_size needs its result type") };
+            let d = d as usize;
+            let same_elsewhere = t.dtype == ops[0].dtype
+                && t.rank() == ops[0].rank()
+                && t.dims.iter().zip(&ops[0].dims).enumerate().all(|(k, (a, b))| k == d || a == b);
+            if !same_elsewhere {
+                return fail(format!("bind_size result {t} must be the operand's type {} but for dim {d}", ops[0]));
+            }
+            if !matches!(&t.dims[d], Dim::Sym(e) if e.as_symbol().is_some()) {
+                return fail(format!("bind_size result dim {d} must be one symbol, got {}", t.dims[d]));
+            }
+            Ok(None)
+        }
         DotGeneral => {
             let dims = dot_general_dims(
                 &ops[0].dims,

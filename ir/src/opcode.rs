@@ -288,6 +288,12 @@ ops! {
     Pad = "pad", Exactly(2), Exactly(1), [req("edge_padding_low", K::Ints), req("edge_padding_high", K::Ints), req("interior_padding", K::Ints)], PURE, 0;
     /// reverses the order of elements along `dimensions`
     Reverse = "reverse", Exactly(1), Exactly(1), [req("dimensions", K::Ints)], PURE, 0;
+    /// A data-dependent size (`nonzero`, `masked_select`): the first `n` (the second operand,
+    /// an i64 scalar computed by the program) positions along `dimension` of the operand,
+    /// whose size there is an upper bound of `n`. The result's dim is a symbol whose value is
+    /// `n`; everything else is the operand's. `specialize` pads the symbol to the operand's
+    /// size and returns `n` so that the caller can cut the results.
+    BindSize = "bind_size", Exactly(2), Exactly(1), [req("dimension", K::Int)], 0, 0;
 
     // ---- compute
     /// generalized matrix product: result dims are batch, lhs free, rhs free; `precision` is

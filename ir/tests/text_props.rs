@@ -435,6 +435,7 @@ fn gen_module(choices: &[u64]) -> Module {
                         ResultKind::UserInputMutation,
                         ResultKind::Gradient,
                         ResultKind::Loss,
+                        ResultKind::Size,
                     ]),
                     name: string(g),
                     sharding: None,

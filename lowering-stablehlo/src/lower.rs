@@ -44,6 +44,11 @@ impl Emitter<'_> {
                 smallvec![self.constant(data, &rt)]
             }
             Iota => smallvec![self.iota(int(a, "dimension"), &rt)],
+            BindSize => {
+                return Err(self.unsupported(
+                    "a data-dependent size reaches lowering unbucketed; the `specialize` pass pads it to its bound",
+                ))
+            }
 
             Abs if rt.dt.is_unsigned_int() => smallvec![xs[0]],
             Abs if rt.dt.is_complex() => {

@@ -236,7 +236,13 @@ def _eager(gm: torch.fx.GraphModule):
 
 
 def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` has symbolic input sizes, or sizes only its data knows (`nonzero`,
+    `masked_select`: compiled padded to their bound, and cut to the size they return)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     for n in gm.graph.nodes:
+        if n.op == "call_function" and free_unbacked_symbols(n.meta.get("val")):
+            return True
         if n.op != "placeholder":
             continue
         v = n.meta.get("val")

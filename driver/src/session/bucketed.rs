@@ -82,8 +82,27 @@ impl Program {
         let result = self.run(&views);
         drop(views);
         self.staging.lock().unwrap_or_else(|e| e.into_inner()).extend(staged);
-        let (outputs, times) = result?;
-        Ok((self.cut_results(outputs, &self.result_cuts(sizes)?), times))
+        let (mut outputs, times) = result?;
+        let sizes = self.read_sizes(&mut outputs, sizes)?;
+        Ok((self.cut_results(outputs, &self.result_cuts(&sizes)?), times))
+    }
+
+    /// `sizes` with the data-dependent sizes one run returned ([`Program::size_results`]),
+    /// which are taken off `outputs`.
+    fn read_sizes(&self, outputs: &mut Vec<HostArray>, sizes: &crate::dynamic::Sizes) -> Result<crate::dynamic::Sizes, ExecError> {
+        let mut sizes = sizes.clone();
+        if self.size_results.is_empty() {
+            return Ok(sizes);
+        }
+        let returned = outputs.split_off(self.results.len());
+        for ((sym, _), arr) in self.size_results.iter().zip(&returned) {
+            let bytes: &[u8] = arr;
+            let n = <[u8; 8]>::try_from(bytes).map(i64::from_le_bytes).map_err(|_| {
+                ExecError::BadInput(format!("{}: the size `{sym}` came back as {} bytes, not an i64", self.name, bytes.len()))
+            })?;
+            sizes.insert(sym.clone(), n);
+        }
+        Ok(sizes)
     }
 
     /// One run's results cut to their real shapes (`cuts`: from [`Program::result_cuts`]).

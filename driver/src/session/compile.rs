@@ -43,6 +43,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         }
         None => (crate::lower(imported, &lower_options, Emit::StableHlo)?, Vec::new(), Vec::new()),
     };
+    let size_results = tpuc_passes::specialize::size_results(&lowered.module);
     lowered.timings.import = import_time;
     let module = &lowered.module;
     exec::check_target_support(module, options.target)?;
@@ -60,10 +61,12 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         })?;
         args.push(ArgInfo { name: info.name.clone(), kind: info.kind, ty, bytes });
     }
-    let results: Vec<TensorType> = match module.terminator(entry) {
+    let mut results: Vec<TensorType> = match module.terminator(entry) {
         Some(ret) => module.ops[ret].operands().iter().map(|&v| module.values[v].ty.clone()).collect(),
         None => Vec::new(),
     };
+    // Data-dependent sizes come last; the caller sees the results they cut.
+    results.truncate(results.len() - size_results.len());
     if let Some(t) = results.iter().find(|t| t.static_dims().is_none()) {
         return Err(ExecError::Unsupported(format!("a result has the dynamic type {t}")).into());
     }
@@ -119,6 +122,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         user_args,
         tensor_inputs,
         size_args,
+        size_results,
         result_layouts,
         resident_shards: if lowered.sharding.is_some() { resident.iter().map(|_| None).collect() } else { Vec::new() },
         aliases: resident.iter().map(|_| None).collect(),

@@ -119,7 +119,8 @@ pub struct Program {
     pub outputs: Vec<OutputSlot>,
     /// `main`'s arguments.
     pub args: Vec<ArgInfo>,
-    /// `main`'s results.
+    /// `main`'s results, without the data-dependent sizes a bucketed program returns after
+    /// them ([`Program::size_results`]).
     pub results: Vec<TensorType>,
     pub stablehlo: String,
     pub summary: CompileSummary,
@@ -136,6 +137,9 @@ pub struct Program {
     aliases: Vec<Option<usize>>,
     /// Per symbol, the argument that takes its real size (bucketed programs).
     pub size_args: Vec<(String, usize)>,
+    /// Per data-dependent size (`nonzero`, `masked_select`), the raw result that returns its
+    /// real value, past [`Program::results`] (bucketed programs).
+    pub size_results: Vec<(String, usize)>,
     /// Per result, where its valid part is (bucketed programs; empty otherwise).
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
     /// Positions of the user-input arguments.

@@ -802,16 +802,20 @@ fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let size = cx.int("size")?;
     let fill = cx.int_or("fill_value", -1)?;
-    let dims = cx.static_dims(x, "nonzero_static")?;
-    let r = dims.len();
-    let n: i64 = dims.iter().product();
     if size < 0 {
         return err(format!("nonzero_static size {size} must be non-negative"));
     }
-    table_size(&[size.max(1), n.max(1)], "nonzero_static comparison table")?;
-    if size == 0 || n == 0 {
-        return one(cx.full(Scalar::Int(fill), DType::I64, &[Dim::Static(size), Dim::Static(r as i64)])?);
-    }
+    one(nonzero_coords(cx, x, size, fill, "nonzero_static")?)
+}
+
+/// The flat positions [size] of the first `size` nonzero elements of `x` (static shape, `n`
+/// elements) in row-major order, `n` where there are fewer: position p holds slot s when the
+/// running count of nonzeros first reaches s + 1 there, i.e. the number of positions whose
+/// count is at most s.
+pub(crate) fn nonzero_positions(cx: &mut Ctx, x: ValueId, size: i64, what: &str) -> R<ValueId> {
+    let dims = cx.static_dims(x, what)?;
+    let n: i64 = dims.iter().product();
+    table_size(&[size.max(1), n.max(1)], &format!("{what} comparison table"))?;
     let nz = cx.truthy(x)?;
     let flat = cx.reshape(nz, vec![Dim::Static(n)])?;
     let ones = cx.convert(flat, DType::I64)?;
@@ -821,7 +825,18 @@ fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
     let slot = cx.iota(DType::I64, &table, 0)?;
     let le = cx.cmp(Direction::Le, run_b, slot)?;
     let le = cx.convert(le, DType::I64)?;
-    let pos = cx.reduce(le, ReduceKind::Sum, &[1], false)?; // [size]: flat position, n when none
+    cx.reduce(le, ReduceKind::Sum, &[1], false)
+}
+
+/// The coordinates [size, rank] of the first `size` nonzero elements of `x`, `fill` past them.
+pub(crate) fn nonzero_coords(cx: &mut Ctx, x: ValueId, size: i64, fill: i64, what: &str) -> R<ValueId> {
+    let dims = cx.static_dims(x, what)?;
+    let r = dims.len();
+    let n: i64 = dims.iter().product();
+    if size == 0 || n == 0 {
+        return cx.full(Scalar::Int(fill), DType::I64, &[Dim::Static(size), Dim::Static(r as i64)]);
+    }
+    let pos = nonzero_positions(cx, x, size, what)?; // [size]: flat position, n when none
     // Unravel into coordinates [size, rank].
     let mut cols = Vec::with_capacity(r.max(1));
     let mut stride = n;
@@ -841,5 +856,5 @@ fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
     let none = cx.cmp(Direction::Ge, pos, nv)?;
     let none = cx.b.broadcast_in_dim(none, &[0], vec![Dim::Static(size), Dim::Static(r as i64)])?;
     let f = cx.full_like(Scalar::Int(fill), coords)?;
-    one(cx.select(none, f, coords)?)
+    cx.select(none, f, coords)
 }

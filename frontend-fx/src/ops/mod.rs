@@ -14,6 +14,7 @@ pub mod collective;
 pub mod complex;
 pub mod spectral;
 pub mod creation;
+pub mod data_dependent;
 pub mod distance;
 pub mod elementwise;
 pub mod index;
@@ -188,7 +189,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 17] = [
+        let tables: [&[(&str, OpFn)]; 18] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -200,6 +201,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             distance::OPS,
             nn::OPS,
             index::OPS,
+            data_dependent::OPS,
             creation::OPS,
             linalg::OPS,
             backward::OPS,

@@ -285,6 +285,10 @@ pub enum ResultKind {
     Gradient,
     /// Loss output (joint graphs).
     Loss,
+    /// The real value of a data-dependent size (named by `ResultInfo::name`, the symbol): an
+    /// i64 scalar that a bucketed program returns after the other results, by which the
+    /// caller cuts them.
+    Size,
 }
 
 impl ResultKind {
@@ -295,6 +299,7 @@ impl ResultKind {
             ResultKind::UserInputMutation => "input_mutation",
             ResultKind::Gradient => "gradient",
             ResultKind::Loss => "loss",
+            ResultKind::Size => "size",
         }
     }
     pub fn parse(s: &str) -> Option<ResultKind> {
@@ -304,6 +309,7 @@ impl ResultKind {
             ResultKind::UserInputMutation,
             ResultKind::Gradient,
             ResultKind::Loss,
+            ResultKind::Size,
         ]
         .into_iter()
         .find(|k| k.name() == s)

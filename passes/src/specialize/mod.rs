@@ -105,9 +105,39 @@ impl Pass for Specialize {
 /// its real size: the last arguments, one per symbol.
 pub fn size_args(m: &Module) -> Vec<(String, usize)> {
     let nargs = m.main_func().map_or(0, |f| f.args.len());
-    let syms: Vec<String> = m.symbols.iter().map(|s| s.name.to_string()).collect();
+    let returned: Vec<(String, usize)> = size_results(m);
+    let syms: Vec<String> =
+        m.symbols.iter().map(|s| s.name.to_string()).filter(|s| !returned.iter().any(|(r, _)| r == s)).collect();
     let first = nargs.saturating_sub(syms.len());
     syms.into_iter().enumerate().map(|(k, s)| (s, first + k)).collect()
+}
+
+/// Per data-dependent size of a specialized module (a symbol a `bind_size` op defined), the
+/// `main` result that returns its real value: the last results, after the user's.
+pub fn size_results(m: &Module) -> Vec<(String, usize)> {
+    let Some(f) = m.main_func() else { return Vec::new() };
+    f.results().iter().enumerate().filter(|(_, r)| r.kind == ResultKind::Size).map(|(i, r)| (r.name.clone(), i)).collect()
+}
+
+/// The symbols `bind_size` ops define (data-dependent sizes), each with its bound: the size of
+/// the op's operand along the bound dim.
+pub fn defined_sizes(m: &Module) -> Vec<(String, SymExpr)> {
+    let mut out: Vec<(String, SymExpr)> = Vec::new();
+    for (_, d) in m.ops.iter() {
+        if d.opcode() != tpuc_ir::Opcode::BindSize {
+            continue;
+        }
+        let Some(dim) = d.attrs.int("dimension") else { continue };
+        let ty = &m.values[d.results()[0]].ty;
+        let Some(Dim::Sym(e)) = ty.dims.get(dim as usize) else { continue };
+        let Some(sym) = e.as_symbol() else { continue };
+        if out.iter().any(|(s, _)| s == sym) {
+            continue;
+        }
+        let bound = m.values[d.operands()[0]].ty.dims[dim as usize].to_expr();
+        out.push((sym.to_string(), bound));
+    }
+    out
 }
 
 /// The layout of each result of a specialized module's `main` (all `Exact` where none is
@@ -131,7 +161,22 @@ pub fn result_layouts(m: &Module) -> Vec<Layout> {
 pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Module, PassError> {
     let fail = |m: String| PassError::Failed { pass: crate::PassId::Specialize.name().into(), message: m };
     let func = module.main_func().ok_or_else(|| fail("the module has no `main`".into()))?;
+    // Data-dependent sizes are padded to their `bind_size` operand's size unless given.
+    let defined = defined_sizes(module);
+    let mut with_defaults = sizes.clone();
+    for (sym, bound) in &defined {
+        if !with_defaults.contains_key(sym) {
+            let b = bound.eval(&|s| sizes.get(s).copied()).ok_or_else(|| {
+                fail(format!("the data-dependent size `{sym}` is bounded by `{bound}`, which has no size in this bucket"))
+            })?;
+            with_defaults.insert(sym.clone(), b);
+        }
+    }
+    let sizes = &with_defaults;
     for s in module.symbols.iter() {
+        if defined.iter().any(|(d, _)| **d == *s.name) {
+            continue;
+        }
         match sizes.get(&*s.name) {
             None => return Err(fail(format!("no bucket size for symbol `{}`", s.name))),
             Some(&b) if b < s.min.max(1) => {
@@ -155,6 +200,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         loc: None,
         cur: None,
         zeroed: Default::default(),
+        defined: defined.iter().map(|(s, _)| s.clone()).collect(),
     };
     let mut args = Vec::new();
     for (i, &a) in module.blocks[entry].args().iter().enumerate() {
@@ -162,7 +208,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         args.push((sp.spec_type(ty)?, func.args[i].clone()));
     }
     let mut size_args = Vec::new();
-    for s in module.symbols.iter() {
+    for s in module.symbols.iter().filter(|s| !defined.iter().any(|(d, _)| **d == *s.name)) {
         size_args.push((s.name.to_string(), args.len()));
         args.push((TensorType::scalar(DType::I64), ArgInfo::new(ArgKind::SymInt, s.name.to_string())));
     }
@@ -193,11 +239,15 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
     // Padded results say where their valid part is (metadata is made for a `main` that had
     // none only when one needs it).
     let infos = &mut new.funcs[fi].results;
-    if infos.is_empty() && layouts.iter().any(|l| !l.iter().all(DimLayout::is_exact)) {
+    if infos.is_empty() && (!defined.is_empty() || layouts.iter().any(|l| !l.iter().all(DimLayout::is_exact))) {
         *infos = (0..layouts.len()).map(|i| ResultInfo::new(ResultKind::UserOutput, format!("result{i}"))).collect();
     }
     for (info, layout) in infos.iter_mut().zip(layouts) {
         info.layout = (!layout.iter().all(DimLayout::is_exact)).then_some(layout);
+    }
+    // Data-dependent sizes are returned after the results, so that the caller can cut them.
+    for (sym, _) in &defined {
+        new.funcs[fi].results.push(ResultInfo::new(ResultKind::Size, sym.clone()));
     }
     new.compact();
     tpuc_ir::verify(&new).map_err(|errs| PassError::VerifyAfter { pass: crate::PassId::Specialize.name().into(), errors: errs })?;
@@ -241,6 +291,8 @@ struct Sp<'a> {
     cur: Option<OpId>,
     /// New values (and dims) whose padding a hoisted mask set to 0 (see `zero_early`).
     zeroed: std::collections::HashSet<(ValueId, usize)>,
+    /// The data-dependent sizes (`bind_size` symbols), returned after `main`'s results.
+    defined: Vec<String>,
 }
 
 type R<T> = Result<T, PassError>;
@@ -325,7 +377,16 @@ impl<'a> Sp<'a> {
             if d.opcode().is_terminator() {
                 let outs: Vec<ValueId> = d.operands().to_vec();
                 if mode != BlockMode::Inline {
-                    let new_ops: Vec<ValueId> = outs.iter().map(|v| self.vmap[v]).collect();
+                    let mut new_ops: Vec<ValueId> = outs.iter().map(|v| self.vmap[v]).collect();
+                    if mode == BlockMode::Main {
+                        // Data-dependent sizes are returned after the results (see `size_results`).
+                        for sym in &self.defined {
+                            let v = self.size_val.get(sym).copied().ok_or_else(|| {
+                                self.fail(format!("internal: the data-dependent size `{sym}` was not bound before the results"))
+                            })?;
+                            new_ops.push(v);
+                        }
+                    }
                     self.cur = Some(op);
                     self.set_loc(op);
                     let t = self.new.create_op(d.opcode(), &new_ops, Attrs::new(), Some(&[]), &[]).map_err(|e| self.ir(e))?;

@@ -47,6 +47,7 @@ impl Sp<'_> {
             Concatenate => self.concatenate(op, ins, lays)?,
             Pad => self.pad(op, ins, lays)?,
             Reverse => self.reverse(op, ins, lays)?,
+            BindSize => return self.bind_size(op, &ins, &lays),
             DotGeneral => self.dot_general(op, ins, lays)?,
             Convolution => self.convolution(op, ins, lays)?,
             Reduce => self.reduce(op, ins, lays)?,
@@ -73,6 +74,36 @@ impl Sp<'_> {
             self.lay.insert(r, l);
         }
         self.propagate_clean(op);
+        Ok(())
+    }
+
+    /// `bind_size`: the operand itself, padded to the bucket of the size it defines (which
+    /// must be the operand's size along the dim), its valid part the first `n`; `n` becomes the
+    /// symbol's real size for every mask built after it.
+    fn bind_size(&mut self, op: OpId, ins: &[ValueId], lays: &[Layout]) -> R<()> {
+        let d = &self.old.ops[op];
+        let dim = d.attrs.int("dimension").unwrap_or(0) as usize;
+        let r = d.results()[0];
+        let Some(tpuc_ir::Dim::Sym(e)) = self.old.values[r].ty.dims.get(dim).cloned() else {
+            return Err(self.fail("internal: the result dim is not a symbol"));
+        };
+        let sym = e.as_symbol().unwrap_or_default().to_string();
+        if !lays[0][dim].is_exact() {
+            return Err(self.fail(format!("a data-dependent size over {}", self.padded_dim_note(d.operands()[0], dim))));
+        }
+        let have = self.shape(ins[0])[dim];
+        let bucket = self.sizes.get(&sym).copied().unwrap_or(have);
+        if bucket != have {
+            return Err(self.fail(format!("the data-dependent size `{sym}` is padded to {have} here, not to its bucket {bucket}")));
+        }
+        // (Several results may share one size: `unique`'s values and counts.)
+        if self.size_val.insert(sym.clone(), ins[1]).is_some_and(|prev| prev != ins[1]) {
+            return Err(self.fail(format!("the data-dependent size `{sym}` is defined twice")));
+        }
+        let mut layout = lays[0].clone();
+        layout[dim] = super::prefix(have, e);
+        self.vmap.insert(r, ins[0]);
+        self.lay.insert(r, layout);
         Ok(())
     }
 

@@ -45,6 +45,7 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Concatenate => (Rewrites, "along a padded dim: joined, then each element gathered to its real place"),
         Pad => (Masks, "padding replaced by the pad value first; no interior or negative high padding"),
         Reverse => (Rewrites, "gather from n - 1 - i"),
+        BindSize => (Conditional, "the operand whole along the dim, whose size is the bucket of the data-dependent size"),
         DotGeneral => (Masks, "contracting dims masked with 0 in both operands"),
         Convolution => (Masks, "input feature and spatial dims masked with 0; kernel not padded"),
         Reduce => (Masks, "reduced dims masked with the reduction's identity"),
