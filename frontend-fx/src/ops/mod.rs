@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod index;
 pub mod linalg;
 pub mod lu;
+pub mod matfn;
 pub mod nn;
 pub mod order;
 pub mod reduce;
@@ -188,7 +189,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 17] = [
+        let tables: [&[(&str, OpFn)]; 18] = [
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -197,6 +198,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             spectral::OPS,
             solve::OPS,
             lu::OPS,
+            matfn::OPS,
             distance::OPS,
             nn::OPS,
             index::OPS,
