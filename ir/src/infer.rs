@@ -282,6 +282,13 @@ fn infer(
             }
             one(ops[0].clone())
         }
+        ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => {
+            same_type("operand types differ", ops[0], ops[1])?;
+            if !ops[0].dtype.is_int() {
+                return fail(format!("{opcode} needs integers, got {}", ops[0]));
+            }
+            one(ops[0].clone())
+        }
         Compare => {
             same_type("operand types differ", ops[0], ops[1])?;
             one(ops[0].with_dtype(DType::Bool))

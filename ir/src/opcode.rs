@@ -260,6 +260,15 @@ ops! {
     And = "and", Exactly(2), Exactly(1), [], EW2C, 0;
     Or = "or", Exactly(2), Exactly(1), [], EW2C, 0;
     Xor = "xor", Exactly(2), Exactly(1), [], EW2C, 0;
+    /// lhs shifted left by rhs bits (integers); an amount read as unsigned that is at least
+    /// the bit width gives 0, as XLA computes it (lit test lower/shifts.tpuc)
+    ShiftLeft = "shift_left", Exactly(2), Exactly(1), [], EW1, 0;
+    /// lhs shifted right by rhs bits, filling with its top bit (integers); an amount read as
+    /// unsigned that is at least the bit width gives the fill (0 or -1), as XLA does
+    ShiftRightArithmetic = "shift_right_arithmetic", Exactly(2), Exactly(1), [], EW1, 0;
+    /// lhs shifted right by rhs bits, filling with zeros (integers); an amount read as unsigned
+    /// that is at least the bit width gives 0, as XLA does
+    ShiftRightLogical = "shift_right_logical", Exactly(2), Exactly(1), [], EW1, 0;
     Atan2 = "atan2", Exactly(2), Exactly(1), [], EW1, 0;
     /// polygamma(n, x): the n-th derivative of ψ at x, n a non-negative integer held in a float
     /// (CHLO's `polygamma`)

@@ -182,6 +182,14 @@ impl Emitter<'_> {
                 };
                 smallvec![self.binary(name, xs[0], xs[1], &rt)]
             }
+            ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => {
+                let name = match d.opcode() {
+                    ShiftLeft => "shift_left",
+                    ShiftRightArithmetic => "shift_right_arithmetic",
+                    _ => "shift_right_logical",
+                };
+                smallvec![self.binary(name, xs[0], xs[1], &rt)]
+            }
             Compare => {
                 let dir = enum_attr::<Direction>(a, "direction").stablehlo();
                 smallvec![self.compare(dir, xs[0], xs[1], &ts[0])]

@@ -157,6 +157,18 @@ fn cases() -> Vec<(String, String)> {
             &format!("%2 = {op} %0, %1 : tensor<4xi32>\nreturn %2"),
         );
     }
+    for (op, dt) in [
+        ("shift_left", "i64"),
+        ("shift_right_arithmetic", "i8"),
+        ("shift_right_logical", "u8"),
+        ("shift_left", "u32"),
+    ] {
+        add(
+            &format!("{op}_{dt}"),
+            &format!("%0: tensor<4x{dt}>, %1: tensor<4x{dt}>"),
+            &format!("%2 = {op} %0, %1 : tensor<4x{dt}>\nreturn %2"),
+        );
+    }
     for op in ["and", "or", "xor", "add", "mul", "max", "min"] {
         add(
             &format!("{op}_bool"),

@@ -20,6 +20,7 @@ pub mod elementwise;
 pub mod index;
 pub mod linalg;
 pub mod lu;
+pub mod matfn;
 pub mod nn;
 pub mod order;
 pub mod reduce;
@@ -198,6 +199,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             spectral::OPS,
             solve::OPS,
             lu::OPS,
+            matfn::OPS,
             distance::OPS,
             nn::OPS,
             index::OPS,

@@ -240,6 +240,21 @@ fn elementwise(opcode: Opcode, dtype: DType, attrs: &Attrs, xs: &[N]) -> Option<
         And => N::I(as_i(xs[0]) & as_i(xs[1])),
         Or => N::I(as_i(xs[0]) | as_i(xs[1])),
         Xor => N::I(as_i(xs[0]) ^ as_i(xs[1])),
+        ShiftLeft | ShiftRightArithmetic | ShiftRightLogical if dtype.is_int() => {
+            // The element's bits and the amount, both read as unsigned of the dtype's width;
+            // amounts at or past the width saturate, as XLA does.
+            let bits = dtype.size_bytes() as u32 * 8;
+            let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+            let (x, s) = (as_i(xs[0]) as u64 & mask, as_i(xs[1]) as u64 & mask);
+            let signed = ((x << (64 - bits)) as i64) >> (64 - bits);
+            let inside = s < u64::from(bits);
+            N::I(match opcode {
+                ShiftLeft if inside => (x << s) as i64,
+                ShiftRightLogical if inside => (x >> s) as i64,
+                ShiftRightArithmetic => signed >> s.min(u64::from(bits) - 1),
+                _ => 0,
+            })
+        }
         Select => {
             if as_i(xs[0]) != 0 {
                 xs[1]

@@ -39,7 +39,8 @@ impl Sp<'_> {
             Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor
             | Ceil | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And
             | Or | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh
-            | Atanh | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex => self.elementwise(op, ins, lays)?,
+            | Atanh | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex | ShiftLeft
+            | ShiftRightArithmetic | ShiftRightLogical => self.elementwise(op, ins, lays)?,
             BroadcastInDim => self.broadcast_in_dim(op, ins, lays)?,
             Transpose => self.transpose(op, ins, lays)?,
             Reshape => self.reshape(op, ins, lays)?,

@@ -29,7 +29,8 @@ pub fn handling(op: Opcode) -> (Handling, &'static str) {
         Abs | Neg | Exp | Expm1 | Log | Log1p | Sqrt | Rsqrt | Tanh | Logistic | Sin | Cos | Tan | Erf | Floor | Ceil
         | RoundEven | Sign | Not | IsFinite | Convert | Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or
         | Xor | Atan2 | Compare | Select | Gelu | Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh
-        | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex => {
+        | BesselI1e | Polygamma | Zeta | NextAfter | Real | Imag | Complex | ShiftLeft | ShiftRightArithmetic
+        | ShiftRightLogical => {
             (Propagates, "elementwise; operands' padded dims must agree")
         }
         Fft => (Conditional, "transformed (trailing) dims not padded"),

@@ -1,6 +1,6 @@
 //! Binary (and a few ternary) elementwise ops: arithmetic, division and remainder, powers,
-//! minimum and maximum, comparisons, logical and bitwise ops, `where`, `masked_fill`, clamps,
-//! `addcmul`/`addcdiv` and `lerp`.
+//! minimum and maximum, comparisons, logical and bitwise ops, bit shifts, `where`,
+//! `masked_fill`, clamps, `addcmul`/`addcdiv` and `lerp`.
 //!
 //! They follow ATen: operands are promoted with `result_type` (tensors beat zero-dim tensors
 //! beat Python numbers within a category) and broadcast explicitly; true division and
@@ -392,6 +392,41 @@ pub(super) fn bitwise_not(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("bitwise_not needs integer or bool, got {}", cx.ty(x)));
     }
     one(cx.un(O::Not, x)?)
+}
+
+/// `bitwise_left_shift` / `bitwise_right_shift` as ATen's CPU kernels compute them: an amount
+/// that is negative (of a signed dtype) or at least the bit width shifts every bit out, giving
+/// 0, or for a right shift of a signed dtype the sign fill; right shifts of signed dtypes are
+/// arithmetic, of unsigned ones logical. The IR ops' own rule for such amounts (XLA's) is not
+/// relied on: they only see amounts inside the width where it matters.
+fn shift(cx: &mut Ctx, left: bool) -> R<Vec<Val>> {
+    let (a, b, dt) = binary_operands(cx)?;
+    if !dt.is_int() {
+        return err(format!("bit shifts need integer operands, got {dt}"));
+    }
+    let (x, s) = cx.pair(&a, &b, dt)?;
+    let width = dt.size_bytes() as i64 * 8;
+    let w = cx.full_like(Scalar::Int(width), s)?;
+    let mut out = cx.cmp(Direction::Ge, s, w)?;
+    if dt.is_signed_int() {
+        let zero = cx.full_like(Scalar::Int(0), s)?;
+        let neg = cx.cmp(Direction::Lt, s, zero)?;
+        out = cx.bin(O::Or, out, neg)?;
+    }
+    if !left && dt.is_signed_int() {
+        let top = cx.full_like(Scalar::Int(width - 1), s)?;
+        let s = cx.select(out, top, s)?;
+        return one(cx.bin(O::ShiftRightArithmetic, x, s)?);
+    }
+    let shifted = cx.bin(if left { O::ShiftLeft } else { O::ShiftRightLogical }, x, s)?;
+    let zero = cx.full_like(Scalar::Int(0), x)?;
+    one(cx.select(out, zero, shifted)?)
+}
+pub(super) fn bitwise_left_shift(cx: &mut Ctx) -> R<Vec<Val>> {
+    shift(cx, true)
+}
+pub(super) fn bitwise_right_shift(cx: &mut Ctx) -> R<Vec<Val>> {
+    shift(cx, false)
 }
 
 pub(super) fn where_(cx: &mut Ctx) -> R<Vec<Val>> {

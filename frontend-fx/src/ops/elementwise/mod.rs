@@ -1,11 +1,13 @@
 //! Elementwise ops: arithmetic, comparisons, logic, unary math and activations.
 //!
 //! The registry table of the family; the lowerings are in submodules: `binary` (with ATen's
-//! promotion and broadcasting), `unary` and `activations`.
+//! promotion and broadcasting), `unary`, `activations`, `special`, `bessel`, `igamma` and `gcd`
+//! (gcd and lcm).
 
 mod activations;
 mod bessel;
 mod binary;
+mod gcd;
 mod igamma;
 mod special;
 mod unary;
@@ -13,6 +15,7 @@ mod unary;
 pub use activations::*;
 pub use binary::*;
 use bessel::*;
+use gcd::*;
 use igamma::*;
 use special::*;
 use unary::*;
@@ -79,6 +82,18 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("__xor__.Tensor", bitwise_xor),
     ("__xor__.Scalar", bitwise_xor),
     ("bitwise_not.default", bitwise_not),
+    ("bitwise_left_shift.Tensor", bitwise_left_shift),
+    ("bitwise_left_shift.Tensor_Scalar", bitwise_left_shift),
+    ("bitwise_left_shift.Scalar_Tensor", bitwise_left_shift),
+    ("__lshift__.Tensor", bitwise_left_shift),
+    ("__lshift__.Scalar", bitwise_left_shift),
+    ("bitwise_right_shift.Tensor", bitwise_right_shift),
+    ("bitwise_right_shift.Tensor_Scalar", bitwise_right_shift),
+    ("bitwise_right_shift.Scalar_Tensor", bitwise_right_shift),
+    ("__rshift__.Tensor", bitwise_right_shift),
+    ("__rshift__.Scalar", bitwise_right_shift),
+    ("gcd.default", gcd),
+    ("lcm.default", lcm),
     ("where.self", where_),
     ("where.ScalarSelf", where_),
     ("where.ScalarOther", where_),

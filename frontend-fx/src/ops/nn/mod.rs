@@ -2,12 +2,13 @@
 //!
 //! The registry table of the family; the lowerings are in submodules by topic: `conv`,
 //! `norm`, `pool`, `attention`, `embedding` (embedding, dropout, the NLL loss),
-//! `embedding_bag` and `upsample`.
+//! `embedding_bag`, `upsample` and `grid_sample` (grid_sampler_3d).
 
 mod attention;
 mod conv;
 mod embedding;
 mod embedding_bag;
+mod grid_sample;
 mod norm;
 mod pool;
 mod upsample;
@@ -16,6 +17,7 @@ pub use attention::*;
 pub use conv::*;
 use embedding::*;
 use embedding_bag::*;
+use grid_sample::*;
 pub use norm::*;
 pub use pool::*;
 use upsample::*;
@@ -102,4 +104,5 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("upsample_trilinear3d_backward.default", upsample_interp_backward),
     ("_upsample_bilinear2d_aa_backward.default", upsample_interp_backward),
     ("_upsample_bicubic2d_aa_backward.default", upsample_interp_backward),
+    ("grid_sampler_3d.default", grid_sampler_3d),
 ];
