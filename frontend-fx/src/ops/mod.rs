@@ -190,7 +190,7 @@ fn full_target(short: &str) -> String {
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();
     REG.get_or_init(|| {
-        let tables: [&[(&str, OpFn)]; 18] = [
+        let tables: &[&[(&str, OpFn)]] = &[
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
@@ -212,7 +212,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             random::OPS,
         ];
         let mut m = HashMap::new();
-        for t in tables {
+        for &t in tables {
             for (name, f) in t {
                 m.insert(full_target(name), *f);
             }
