@@ -120,9 +120,9 @@ pub struct SizeRead {
 }
 
 /// Where each symbol's size is read at a call, in signature order: every input dim (and SymInt
-/// input) that is exactly one symbol. `None` when the inputs have no symbolic size (and the program no data-dependent one), or when a
-/// symbol of an input's shape is never one by itself (`2*s0` only): its size cannot be read,
-/// so the program cannot be bucketed.
+/// input) that is exactly one symbol. `None` when neither the inputs nor the program's
+/// data-dependent results have a symbolic size, or when a symbol of an input's shape is never
+/// one by itself (`2*s0` only): its size cannot be read, so the program cannot be bucketed.
 pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
     let module = &imported.module;
     let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();

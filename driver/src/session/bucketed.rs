@@ -3,6 +3,7 @@
 
 use super::{CutResult, HostArray, Line, Program};
 use crate::exec::{ExecError, RunTimes};
+use std::borrow::Cow;
 use tpuc_ir::TensorType;
 
 impl Program {
@@ -89,20 +90,21 @@ impl Program {
 
     /// `sizes` with the data-dependent sizes one run returned ([`Program::size_results`]),
     /// which are taken off `outputs`.
-    fn read_sizes(&self, outputs: &mut Vec<HostArray>, sizes: &crate::dynamic::Sizes) -> Result<crate::dynamic::Sizes, ExecError> {
-        let mut sizes = sizes.clone();
+    /// (Borrowed, not copied, for the programs without any: every bucketed call passes here.)
+    fn read_sizes<'s>(&self, outputs: &mut Vec<HostArray>, sizes: &'s crate::dynamic::Sizes) -> Result<Cow<'s, crate::dynamic::Sizes>, ExecError> {
         if self.size_results.is_empty() {
-            return Ok(sizes);
+            return Ok(Cow::Borrowed(sizes));
         }
+        let mut sizes = sizes.clone();
         let returned = outputs.split_off(self.results.len());
-        for ((sym, _), arr) in self.size_results.iter().zip(&returned) {
+        for (sym, arr) in self.size_results.iter().zip(&returned) {
             let bytes: &[u8] = arr;
             let n = <[u8; 8]>::try_from(bytes).map(i64::from_le_bytes).map_err(|_| {
                 ExecError::BadInput(format!("{}: the size `{sym}` came back as {} bytes, not an i64", self.name, bytes.len()))
             })?;
             sizes.insert(sym.clone(), n);
         }
-        Ok(sizes)
+        Ok(Cow::Owned(sizes))
     }
 
     /// One run's results cut to their real shapes (`cuts`: from [`Program::result_cuts`]).

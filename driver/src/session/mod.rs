@@ -137,9 +137,9 @@ pub struct Program {
     aliases: Vec<Option<usize>>,
     /// Per symbol, the argument that takes its real size (bucketed programs).
     pub size_args: Vec<(String, usize)>,
-    /// Per data-dependent size (`nonzero`, `masked_select`), the raw result that returns its
-    /// real value, past [`Program::results`] (bucketed programs).
-    pub size_results: Vec<(String, usize)>,
+    /// The data-dependent sizes (`nonzero`, `masked_select`) whose real values the raw
+    /// results return past [`Program::results`], in that order (bucketed programs).
+    pub size_results: Vec<String>,
     /// Per result, where its valid part is (bucketed programs; empty otherwise).
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
     /// Positions of the user-input arguments.

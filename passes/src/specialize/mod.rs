@@ -105,18 +105,17 @@ impl Pass for Specialize {
 /// its real size: the last arguments, one per symbol.
 pub fn size_args(m: &Module) -> Vec<(String, usize)> {
     let nargs = m.main_func().map_or(0, |f| f.args.len());
-    let returned: Vec<(String, usize)> = size_results(m);
-    let syms: Vec<String> =
-        m.symbols.iter().map(|s| s.name.to_string()).filter(|s| !returned.iter().any(|(r, _)| r == s)).collect();
+    let returned = size_results(m);
+    let syms: Vec<String> = m.symbols.iter().map(|s| s.name.to_string()).filter(|s| !returned.contains(s)).collect();
     let first = nargs.saturating_sub(syms.len());
     syms.into_iter().enumerate().map(|(k, s)| (s, first + k)).collect()
 }
 
-/// Per data-dependent size of a specialized module (a symbol a `bind_size` op defined), the
-/// `main` result that returns its real value: the last results, after the user's.
-pub fn size_results(m: &Module) -> Vec<(String, usize)> {
+/// The data-dependent sizes of a specialized module (the symbols `bind_size` ops defined), in
+/// the order `main` returns their real values: as its last results, after the user's.
+pub fn size_results(m: &Module) -> Vec<String> {
     let Some(f) = m.main_func() else { return Vec::new() };
-    f.results().iter().enumerate().filter(|(_, r)| r.kind == ResultKind::Size).map(|(i, r)| (r.name.clone(), i)).collect()
+    f.results().iter().filter(|r| r.kind == ResultKind::Size).map(|r| r.name.clone()).collect()
 }
 
 /// The symbols `bind_size` ops define (data-dependent sizes), each with its bound: the size of
@@ -163,6 +162,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
     let func = module.main_func().ok_or_else(|| fail("the module has no `main`".into()))?;
     // Data-dependent sizes are padded to their `bind_size` operand's size unless given.
     let defined = defined_sizes(module);
+    let is_defined = |name: &str| defined.iter().any(|(d, _)| d == name);
     let mut with_defaults = sizes.clone();
     for (sym, bound) in &defined {
         if !with_defaults.contains_key(sym) {
@@ -174,7 +174,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
     }
     let sizes = &with_defaults;
     for s in module.symbols.iter() {
-        if defined.iter().any(|(d, _)| **d == *s.name) {
+        if is_defined(&s.name) {
             continue;
         }
         match sizes.get(&*s.name) {
@@ -208,7 +208,7 @@ pub fn specialize(module: &Module, sizes: &BTreeMap<String, i64>) -> Result<Modu
         args.push((sp.spec_type(ty)?, func.args[i].clone()));
     }
     let mut size_args = Vec::new();
-    for s in module.symbols.iter().filter(|s| !defined.iter().any(|(d, _)| **d == *s.name)) {
+    for s in module.symbols.iter().filter(|s| !is_defined(&s.name)) {
         size_args.push((s.name.to_string(), args.len()));
         args.push((TensorType::scalar(DType::I64), ArgInfo::new(ArgKind::SymInt, s.name.to_string())));
     }

@@ -12,6 +12,16 @@ use super::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
+/// `self` and `other` in their common integer dtype, broadcast; an error naming `what` for
+/// other dtypes.
+pub(super) fn int_pair(cx: &mut Ctx, what: &str) -> R<(ValueId, ValueId)> {
+    let (a, b, dt) = binary_operands(cx)?;
+    if !dt.is_int() {
+        return err(format!("{what} needs integer operands, got {dt}"));
+    }
+    cx.pair(&a, &b, dt)
+}
+
 /// `self`, `other` and their common dtype.
 pub(super) fn binary_operands(cx: &mut Ctx) -> R<(Operand, Operand, DType)> {
     let a = cx.operand("self")?;
@@ -400,11 +410,8 @@ pub(super) fn bitwise_not(cx: &mut Ctx) -> R<Vec<Val>> {
 /// arithmetic, of unsigned ones logical. The IR ops' own rule for such amounts (XLA's) is not
 /// relied on: they only see amounts inside the width where it matters.
 fn shift(cx: &mut Ctx, left: bool) -> R<Vec<Val>> {
-    let (a, b, dt) = binary_operands(cx)?;
-    if !dt.is_int() {
-        return err(format!("bit shifts need integer operands, got {dt}"));
-    }
-    let (x, s) = cx.pair(&a, &b, dt)?;
+    let (x, s) = int_pair(cx, "a bit shift")?;
+    let dt = cx.dtype(x);
     let width = dt.size_bytes() as i64 * 8;
     let w = cx.full_like(Scalar::Int(width), s)?;
     let mut out = cx.cmp(Direction::Ge, s, w)?;

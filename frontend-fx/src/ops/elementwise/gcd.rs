@@ -9,6 +9,7 @@
 //! magnitude, so simulating them up to the dtype's largest magnitude gives an exact bound
 //! (91 steps for int64, 45 for int32). A step after `a` reached 0 changes nothing.
 
+use super::binary::int_pair;
 use super::*;
 use Opcode as O;
 use tpuc_ir::Direction;
@@ -30,15 +31,6 @@ fn euclid_steps(max: u128) -> usize {
         most = most.max(iterations(f0, f1)).max(iterations(f1, f0));
     }
     most
-}
-
-/// Both operands in their common integer dtype, broadcast.
-fn int_pair(cx: &mut Ctx, what: &str) -> R<(ValueId, ValueId)> {
-    let (a, b, dt) = binary_operands(cx)?;
-    if !dt.is_int() {
-        return err(format!("{what} needs integer operands, got {dt}"));
-    }
-    cx.pair(&a, &b, dt)
 }
 
 /// |x| for signed dtypes (wrapping, as `std::abs` does in practice), x for unsigned ones.
