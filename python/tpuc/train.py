@@ -458,9 +458,11 @@ class TrainStep:
 
     def _located(self, e: TpucError, spec, template, positions, tensors) -> TpucError:
         """`e` with the user's source line of the op it names. The joint graph's nodes carry
-        aot's own frames, not the model's: the model's forward is traced once more (torch.export,
-        non-strict, only on this error path) to find the first node of the same op."""
-        if not e.target or (e.source and "<eval_with_key>" not in e.source and "proxy_tensor.py" not in e.source):
+        torch's own frames, never the model's (aot's graph module, or for a custom op with a
+        registered gradient, torch's autograd wrapper of it): the model's forward is traced once
+        more (torch.export, non-strict, only on this error path) to find the first node of the
+        same op. An op that only the backward or the optimizer has keeps the error as it is."""
+        if not e.target:
             return e
         k = self.accumulate
         micro = tuple(t.chunk(k, 0)[0].detach() if k > 1 else t.detach() for t in tensors)

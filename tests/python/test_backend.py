@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 import tpuc
+import unknown_ops
 from tpuc import _C
 from tpuc.options import Options
 
@@ -109,8 +110,8 @@ def test_rust_panic_becomes_a_python_exception():
 # ----------------------------------------------------------------- fallback and strict
 
 
-class WithMatrixExp(nn.Module):
-    """matrix_exp has no tpuc lowering (yet): the graph must be split around it."""
+class WithUnknownOp(nn.Module):
+    """unknown_a has no tpuc lowering (and never will): the graph must be split around it."""
 
     def __init__(self):
         super().__init__()
@@ -119,19 +120,17 @@ class WithMatrixExp(nn.Module):
 
     def forward(self, x):
         h = torch.tanh(self.fc1(x)) * 0.5
-        h = torch.linalg.matrix_exp(h.reshape(2, 8, 8)).reshape(4, 32)  # UNSUPPORTED_LINE
+        h = unknown_ops.unknown_a(h.reshape(2, 8, 8)).reshape(4, 32)  # UNSUPPORTED_LINE
         return self.fc2(torch.relu(h))
 
 
 UNSUPPORTED_LINE = next(
-    i + 1 for i, line in enumerate(open(__file__)) if "# UNSUPPORTED_LINE" in line and "torch.linalg.matrix_exp" in line)
+    i + 1 for i, line in enumerate(open(__file__)) if "# UNSUPPORTED_LINE" in line and "unknown_ops.unknown_a" in line)
 
 
 def _unsupported_model():
-    assert "torch.ops.aten.linalg_matrix_exp.default" not in _C.supported_targets(), (
-        "matrix_exp is supported now: pick another unsupported op for the fallback tests")
     torch.manual_seed(0)
-    return WithMatrixExp(), torch.randn(4, 16)
+    return WithUnknownOp(), torch.randn(4, 16)
 
 
 def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
@@ -145,7 +144,7 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
     ours = [w for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
     msg = str(ours[0].message)
-    assert "aten.linalg_matrix_exp.default" in msg and f"test_backend.py:{UNSUPPORTED_LINE} in forward" in msg, msg
+    assert "tpuc_test.unknown_a.default" in msg and f"test_backend.py:{UNSUPPORTED_LINE} in forward" in msg, msg
     with torch.no_grad():
         assert torch.allclose(got, model(x), rtol=1e-5, atol=1e-6)
     s = tpuc.stats()
@@ -187,9 +186,9 @@ def test_strict_raises_naming_op_node_and_line(how, monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucUnsupportedError), repr(info.value)
-    assert err.node == "linalg_matrix_exp" and err.target == "aten.linalg_matrix_exp.default"
+    assert err.node == "unknown_a" and err.target == "tpuc_test.unknown_a.default"
     assert err.source == f"test_backend.py:{UNSUPPORTED_LINE} in forward"
-    assert f"node `linalg_matrix_exp` at test_backend.py:{UNSUPPORTED_LINE} in forward" in str(err)
+    assert f"node `unknown_a` at test_backend.py:{UNSUPPORTED_LINE} in forward" in str(err)
 
 
 # ----------------------------------------------------------------- dtypes, strides, shapes
@@ -567,7 +566,7 @@ def _unsupported_program(stack_trace):
 
     from tpuc.serialize import graph_to_json
 
-    gm = make_fx(lambda x: torch.special.airy_ai(x) + 1)(torch.randn(3))
+    gm = make_fx(lambda x: unknown_ops.unknown_a(x) + 1)(torch.randn(3))
     for n in gm.graph.nodes:
         if n.op == "call_function":
             n.meta["stack_trace"] = stack_trace
@@ -575,21 +574,21 @@ def _unsupported_program(stack_trace):
 
 
 def test_compiler_errors_name_node_op_and_source_line():
-    trace = 'File "/home/u/model.py", line 12, in forward\n    y = torch.special.airy_ai(x)\n'
+    trace = 'File "/home/u/model.py", line 12, in forward\n    y = unknown_a(x)\n'
     with pytest.raises(tpuc.TpucError) as e:
         _C.Program.compile(_unsupported_program(trace), name="g_test")
     err = e.value
     assert (err.kind, err.node, err.target, err.source, err.graph) == (
-        "unsupported_op", "special_airy_ai", "torch.ops.aten.special_airy_ai.default", "model.py:12 in forward", "g_test")
-    assert "node `special_airy_ai` (model.py:12 in forward)" in str(err)
+        "unsupported_op", "unknown_a", "torch.ops.tpuc_test.unknown_a.default", "model.py:12 in forward", "g_test")
+    assert "node `unknown_a` (model.py:12 in forward)" in str(err)
 
 
 def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
-    """An op on the supported list whose lowering still fails (here: faked by listing matrix_exp
+    """An op on the supported list whose lowering still fails (here: faked by listing unknown_a
     as supported) is moved to the eager side by the node the error names."""
     import tpuc.backend
 
-    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {"torch.ops.aten.linalg_matrix_exp.default"})
+    monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | {unknown_ops.target("unknown_a")})
     model, x = _unsupported_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -598,7 +597,7 @@ def test_an_op_the_compiler_rejects_falls_back_too(monkeypatch):
             want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
-    assert len(ours) == 1 and "aten.linalg_matrix_exp.default" in ours[0], ours
+    assert len(ours) == 1 and "tpuc_test.unknown_a.default" in ours[0], ours
 
 
 class ThreeUnknown(nn.Module):
@@ -611,22 +610,19 @@ class ThreeUnknown(nn.Module):
         self.fc3 = nn.Linear(32, 8)
 
     def forward(self, x):
-        h = self.fc1(x).abs()
-        h = torch.linalg.matrix_exp(h.reshape(2, 8, 8) * 0.1).reshape(4, 32)
-        k = torch.gcd((self.fc2(h) * 100).long(), torch.full((4, 32), 6))
-        return self.fc3(torch.special.airy_ai(h + k))
+        h = unknown_ops.unknown_a(self.fc1(x))
+        k = unknown_ops.unknown_b(self.fc2(h))
+        return self.fc3(unknown_ops.unknown_c(h + k))
 
 
-THREE_UNKNOWN = ("linalg_matrix_exp", "gcd", "special_airy_ai")
+THREE_UNKNOWN = unknown_ops.NAMES
 
 
 def _fake_three_supported(monkeypatch):
     """Lists the three ops as supported, so that only tpuc's importer finds them."""
     import tpuc.backend
 
-    fake = {f"torch.ops.aten.{n}.default" for n in THREE_UNKNOWN}
-    if fake & tpuc.supported_targets():
-        raise AssertionError(f"one of {', '.join(THREE_UNKNOWN)} is supported now: pick other ops for these tests")
+    fake = {unknown_ops.target(n) for n in THREE_UNKNOWN}
     monkeypatch.setattr(tpuc.backend, "_supported", tpuc.supported_targets() | fake)
     torch.manual_seed(0)
     return ThreeUnknown(), torch.randn(4, 16)
@@ -657,7 +653,7 @@ def test_every_op_the_compiler_rejects_is_found_in_one_import(monkeypatch):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
     assert len(failed) == 1 and failed[0][1] == list(THREE_UNKNOWN), failed
     ours = [str(w.message) for w in caught if issubclass(w.category, tpuc.TpucFallbackWarning)]
-    assert len(ours) == 1 and all(f"aten.{n}.default" in ours[0] for n in THREE_UNKNOWN), ours
+    assert len(ours) == 1 and all(f"tpuc_test.{n}.default" in ours[0] for n in THREE_UNKNOWN), ours
 
 
 def test_strict_error_lists_every_op_the_compiler_rejects(monkeypatch):
@@ -672,12 +668,12 @@ def test_strict_error_lists_every_op_the_compiler_rejects(monkeypatch):
             break
         err = inner
     assert isinstance(err, tpuc.TpucError), repr(info.value)
-    assert (err.kind, err.node) == ("unsupported_op", "linalg_matrix_exp")
+    assert (err.kind, err.node) == ("unsupported_op", "unknown_a")
     assert [n["node"] for n in err.nodes] == list(THREE_UNKNOWN)
     assert all(n["kind"] == "unsupported_op" and n["source"].startswith("test_backend.py:") for n in err.nodes), err.nodes
     lines = str(err).splitlines()
-    assert len(lines) == 3 and "node `linalg_matrix_exp`" in lines[0], lines
-    assert lines[1].startswith("  also: unsupported op `torch.ops.aten.gcd.default` at node `gcd`"), lines
+    assert len(lines) == 3 and "node `unknown_a`" in lines[0], lines
+    assert lines[1].startswith("  also: unsupported op `torch.ops.tpuc_test.unknown_b.default` at node `unknown_b`"), lines
 
 
 # ----------------------------------------------------------------- attention
