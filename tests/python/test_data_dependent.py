@@ -49,3 +49,22 @@ def test_unique_and_unique_consecutive():
 def test_nonzero_rows_feed_a_gather():
     x = torch.randn(6, 4)
     check(lambda x: x[torch.nonzero(x[:, 0] > 0).squeeze(1)] * 3, x)
+
+
+def test_boolean_mask_indexing():
+    """`x[mask]`: the mask's dims become one data-dependent dim, at the mask's place."""
+    x = torch.randn(4, 5, 3)
+    check(lambda x: x[x[:, :, 0] > 0] * 2, x)  # a 2-d mask: [u0, 3]
+    check(lambda x: x[x[:, 0, 0] > 0].sum(0), x)  # rows, then a reduction over them
+    check(lambda x: x[:, x[0, :, 0] > 0], x)  # after a full slice: [4, u0, 3]
+    check(lambda x: x[x > 0.5].max(), x)  # the whole shape: masked_select
+    check(lambda x: x[x > 100.0], x)  # nothing selected
+    check(lambda x: x[torch.ones(4, dtype=torch.bool)], x)  # everything selected
+
+
+def test_boolean_mask_with_integer_indices_is_refused_by_name():
+    x = torch.randn(4, 5)
+    f = torch.compile(lambda x: x[x[:, 0] > 0, torch.tensor([0, 1, 0, 1])[: 1]], backend="tpuc",
+                      fullgraph=True, options={"strict": True})
+    with pytest.raises(Exception, match="boolean mask together with other index tensors"):
+        f(x)

@@ -319,7 +319,7 @@ fn adv_index(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) -> R<AdvIndex> 
         if let Some(t) = t {
             let d = cx.dtype(*t);
             if d.is_bool() || d == DType::U8 {
-                return err("indexing with a boolean mask gives a data-dependent shape; not supported");
+                return err("a boolean mask among integer indices is not supported");
             }
             if !d.is_int() {
                 return err(format!("index tensors must be integers, got {}", cx.ty(*t)));
@@ -374,6 +374,9 @@ fn window_positions(rank: usize, ai: &AdvIndex) -> Vec<i64> {
 fn index_tensor(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let idxs = cx.opt_tensors("indices")?;
+    if idxs.iter().flatten().any(|&t| cx.dtype(t).is_bool() || cx.dtype(t) == DType::U8) {
+        return one(super::data_dependent::index_by_mask(cx, x, &idxs)?);
+    }
     let ai = adv_index(cx, x, &idxs)?;
     let dims = cx.dims(x);
     let r = dims.len();
@@ -809,23 +812,27 @@ fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 
 /// The flat positions [size] of the first `size` nonzero elements of `x` (static shape, `n`
-/// elements) in row-major order, `n` where there are fewer: position p holds slot s when the
-/// running count of nonzeros first reaches s + 1 there, i.e. the number of positions whose
-/// count is at most s.
+/// elements) in row-major order, `n` where there are fewer. Linear in `n`: each nonzero
+/// element's slot is the running count of nonzeros before it, and its position is scattered
+/// there; every other element (a zero, or a nonzero past `size`) goes to one extra slot that is
+/// cut off after.
 pub(crate) fn nonzero_positions(cx: &mut Ctx, x: ValueId, size: i64, what: &str) -> R<ValueId> {
     let dims = cx.static_dims(x, what)?;
     let n: i64 = dims.iter().product();
-    table_size(&[size.max(1), n.max(1)], &format!("{what} comparison table"))?;
     let nz = cx.truthy(x)?;
     let flat = cx.reshape(nz, vec![Dim::Static(n)])?;
     let ones = cx.convert(flat, DType::I64)?;
-    let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?; // [n]
-    let table = [Dim::Static(size), Dim::Static(n)];
-    let run_b = cx.b.broadcast_in_dim(run, &[1], table.to_vec())?;
-    let slot = cx.iota(DType::I64, &table, 0)?;
-    let le = cx.cmp(Direction::Le, run_b, slot)?;
-    let le = cx.convert(le, DType::I64)?;
-    cx.reduce(le, ReduceKind::Sum, &[1], false)
+    let run = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?; // [n], inclusive
+    let slot = cx.bin(O::Sub, run, ones)?;
+    let size_v = cx.full_like(Scalar::Int(size), slot)?;
+    let kept = cx.cmp(Direction::Lt, slot, size_v)?;
+    let kept = cx.bin(O::And, kept, flat)?;
+    let slot = cx.select(kept, slot, size_v)?;
+    let coords = cx.reshape(slot, vec![Dim::Static(n), Dim::Static(1)])?;
+    let position = cx.iota(DType::I64, &[Dim::Static(n)], 0)?;
+    let buf = cx.full(Scalar::Int(n), DType::I64, &[Dim::Static(size + 1)])?;
+    let placed = elementwise_scatter(cx, buf, coords, position, ScatterKind::Replace)?;
+    Ok(cx.b.slice(placed, &[0], &[size], &[1])?)
 }
 
 /// The coordinates [size, rank] of the first `size` nonzero elements of `x`, `fill` past them.
