@@ -77,7 +77,11 @@ pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecEr
             }
         }
     }
+    let data_dependent = data_dependent_symbols(module);
     for s in module.symbols.iter() {
+        if data_dependent.iter().any(|d| *d == *s.name) {
+            continue; // the program computes it
+        }
         let Some(&n) = sizes.get(&*s.name) else {
             return Err(ExecError::BadInput(format!(
                 "the size of symbol `{}` cannot be read from the inputs (no input dim is exactly `{}`)",
@@ -151,6 +155,34 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
     // Data-dependent sizes (`nonzero`) are no input's: the program returns them.
     let data_dependent = !tpuc_passes::specialize::defined_sizes(module).is_empty();
     ((data_dependent || !reads.is_empty()) && needed.iter().all(|s| seen.contains(s.as_str()))).then_some(reads)
+}
+
+/// The symbols the program computes (data-dependent sizes such as `nonzero`'s count), which no
+/// input gives and no bucket plan covers.
+pub fn data_dependent_symbols(module: &Module) -> Vec<String> {
+    tpuc_passes::specialize::defined_sizes(module).into_iter().map(|(s, _)| s).collect()
+}
+
+/// Takes the data-dependent sizes a run returned after its results (one i64 scalar per symbol
+/// of `size_results`, in order) off the end of `outputs`, into `sizes`; `bytes` reads an output.
+pub fn take_returned_sizes<T>(
+    program: &str,
+    outputs: &mut Vec<T>,
+    bytes: impl Fn(&T) -> &[u8],
+    size_results: &[String],
+    sizes: &mut Sizes,
+) -> Result<(), ExecError> {
+    let Some(at) = outputs.len().checked_sub(size_results.len()) else {
+        return Err(ExecError::BadInput(format!("{program}: {} outputs, fewer than its {} sizes", outputs.len(), size_results.len())));
+    };
+    for (sym, arr) in size_results.iter().zip(outputs.split_off(at)) {
+        let bytes = bytes(&arr);
+        let n = <[u8; 8]>::try_from(bytes).map(i64::from_le_bytes).map_err(|_| {
+            ExecError::BadInput(format!("{program}: the size `{sym}` came back as {} bytes, not an i64", bytes.len()))
+        })?;
+        sizes.insert(sym.clone(), n);
+    }
+    Ok(())
 }
 
 /// The bucket of every symbol for real sizes `sizes`.

@@ -415,6 +415,9 @@ pub struct BucketLowered {
     pub size_args: Vec<(String, usize)>,
     /// Per result, where its valid part is ([`dynamic::unpad`]).
     pub result_layouts: Vec<tpuc_passes::specialize::Layout>,
+    /// The data-dependent sizes (`nonzero`'s count) the program returns after its results, by
+    /// symbol ([`dynamic::take_returned_sizes`]).
+    pub size_results: Vec<String>,
 }
 
 /// Whether `module` can be specialized to `bucket` (the `specialize` pass alone, no other
@@ -448,5 +451,6 @@ pub fn lower_bucket(
     let lowered = lower(imported, &options, emit)?;
     let size_args = tpuc_passes::specialize::size_args(&lowered.module);
     let result_layouts = tpuc_passes::specialize::result_layouts(&lowered.module);
-    Ok(BucketLowered { lowered, bucket: bucket.clone(), size_args, result_layouts })
+    let size_results = tpuc_passes::specialize::size_results(&lowered.module);
+    Ok(BucketLowered { lowered, bucket: bucket.clone(), size_args, result_layouts, size_results })
 }

@@ -3,8 +3,12 @@ unique_consecutive): compiled into a buffer of their largest size plus a count, 
 torch's data-dependent symbol, and cut to the count the program returns. Later ops mask the
 padding as in any bucket. Each case is compared with eager on real inputs."""
 
+import subprocess
+
+import numpy as np
 import pytest
 import torch
+from cli_check import TPUC
 
 import tpuc  # noqa: F401 - registers the backend
 
@@ -68,3 +72,41 @@ def test_boolean_mask_with_integer_indices_is_refused_by_name():
                       fullgraph=True, options={"strict": True})
     with pytest.raises(Exception, match="boolean mask together with other index tensors"):
         f(x)
+
+
+class Selects(torch.nn.Module):
+    def forward(self, x):
+        return x[x[:, 0] > 0] * 2, torch.nonzero(x > 0.5), torch.unique(x.round()).sum()
+
+
+@pytest.mark.parametrize("buckets", ["auto", "off"])
+def test_cli_runs_data_dependent_sizes(tmp_path, buckets):
+    """`tpuc run` on an export with data-dependent sizes: the counts come back from the program
+    and cut the results, equal to eager for inputs that select none, some and all."""
+    ep = torch.export.export(Selects(), (torch.randn(8, 3),))
+    pt2 = str(tmp_path / "selects.pt2")
+    torch.export.save(ep, pt2)
+    torch.manual_seed(0)
+    for x in (torch.randn(8, 3), torch.full((8, 3), -1.0), torch.full((8, 3), 2.0)):
+        np.save(tmp_path / "x.npy", x.numpy())
+        want = []
+        for k, w in enumerate(Selects()(x)):
+            want.append(str(tmp_path / f"want{k}.npy"))
+            np.save(want[-1], np.array(w.numpy(), order="C"))  # nonzero's is Fortran-ordered
+        p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--expect", *want, "--buckets", buckets,
+                            "--no-cache"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.count(": ok") == 3, p.stdout
+
+
+def test_data_dependent_sizes_of_a_symbolic_input_are_refused_by_node(tmp_path):
+    """Not supported yet: a data-dependent op over an input of symbolic shape. The error names
+    each node."""
+    batch = torch.export.Dim("batch", min=2, max=64)
+    ep = torch.export.export(Selects(), (torch.randn(8, 3),), dynamic_shapes=({0: batch},))
+    pt2 = str(tmp_path / "selects.pt2")
+    torch.export.save(ep, pt2)
+    np.save(tmp_path / "x.npy", np.ones((5, 3), np.float32))
+    p = subprocess.run([TPUC, "run", pt2, "--inputs", str(tmp_path / "x.npy"), "--no-cache"], capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "at node `nonzero`" in p.stderr and "nonzero needs static shapes" in p.stderr, p.stderr

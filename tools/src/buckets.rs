@@ -46,15 +46,28 @@ impl BucketArgs {
     }
 
 
-    /// The bucket plan of the program's symbols.
+    /// The bucket plan of the program's symbols that its inputs give (not the data-dependent
+    /// ones, `nonzero`'s count, which the program computes within their bound).
     pub fn plan_for(&self, module: &tpuc_ir::Module) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
         use tpuc_driver::buckets::SymbolRange;
-        self.plan(module.symbols.iter().map(|s| SymbolRange::new(&*s.name, s.min, s.max)).collect())
+        let data_dependent = tpuc_driver::dynamic::data_dependent_symbols(module);
+        self.plan(
+            module
+                .symbols
+                .iter()
+                .filter(|s| !data_dependent.iter().any(|d| *d == *s.name))
+                .map(|s| SymbolRange::new(&*s.name, s.min, s.max))
+                .collect(),
+        )
     }
 
     pub fn plan(&self, mut ranges: Vec<tpuc_driver::buckets::SymbolRange>) -> Result<tpuc_driver::buckets::BucketPlan, Failure> {
         use tpuc_driver::buckets::{self, BucketPolicy, SymbolRange};
         if self.off()? {
+            if ranges.is_empty() {
+                // Only data-dependent sizes: the program is one whatever `off` says.
+                return buckets::plan(&[], self.max_buckets, self.max_total).map_err(|e| Failure::User(e.to_string()));
+            }
             return Err(Failure::User(
                 "--buckets off compiles one program per input shape, which only `tpuc run` knows: give a bucket policy here, or export with static shapes".into(),
             ));

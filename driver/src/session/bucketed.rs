@@ -96,14 +96,7 @@ impl Program {
             return Ok(Cow::Borrowed(sizes));
         }
         let mut sizes = sizes.clone();
-        let returned = outputs.split_off(self.results.len());
-        for (sym, arr) in self.size_results.iter().zip(&returned) {
-            let bytes: &[u8] = arr;
-            let n = <[u8; 8]>::try_from(bytes).map(i64::from_le_bytes).map_err(|_| {
-                ExecError::BadInput(format!("{}: the size `{sym}` came back as {} bytes, not an i64", self.name, bytes.len()))
-            })?;
-            sizes.insert(sym.clone(), n);
-        }
+        crate::dynamic::take_returned_sizes(&self.name, outputs, |a| &a[..], &self.size_results, &mut sizes)?;
         Ok(Cow::Owned(sizes))
     }
 

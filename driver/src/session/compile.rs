@@ -36,14 +36,13 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         donate_state: options.donate,
         ..Default::default()
     };
-    let (mut lowered, size_args, result_layouts) = match &options.bucket {
+    let (mut lowered, size_args, result_layouts, size_results) = match &options.bucket {
         Some(bucket) => {
             let b = crate::lower_bucket(&imported.module, &imported.weights, bucket, &lower_options, Emit::StableHlo)?;
-            (b.lowered, b.size_args, b.result_layouts)
+            (b.lowered, b.size_args, b.result_layouts, b.size_results)
         }
-        None => (crate::lower(imported, &lower_options, Emit::StableHlo)?, Vec::new(), Vec::new()),
+        None => (crate::lower(imported, &lower_options, Emit::StableHlo)?, Vec::new(), Vec::new(), Vec::new()),
     };
-    let size_results = tpuc_passes::specialize::size_results(&lowered.module);
     lowered.timings.import = import_time;
     let module = &lowered.module;
     exec::check_target_support(module, options.target)?;

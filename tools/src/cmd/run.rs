@@ -131,7 +131,8 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let mut label = a.model.display().to_string();
     // `--buckets off`: the program at the inputs' own sizes, static, one compile per shape
     // (another graph per shape for the cache, as for buckets).
-    if a.buckets.off()? && !imported.module.symbols.is_empty() {
+    let data_dependent = dynamic::data_dependent_symbols(&imported.module);
+    if a.buckets.off()? && imported.module.symbols.len() > data_dependent.len() {
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
         let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
         imported.module = dynamic::at_sizes(&imported.module, &sizes).map_err(DriverError::from)?;
@@ -223,6 +224,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             }
             outs
         };
+        let mut outs = outs;
+        let mut sizes = sizes;
+        dynamic::take_returned_sizes(&label, &mut outs, |t| &t.bytes[..], &bl.size_results, &mut sizes).map_err(DriverError::from)?;
         let outputs = outs
             .iter()
             .zip(&bl.result_layouts)
