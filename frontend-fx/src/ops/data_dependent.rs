@@ -89,18 +89,7 @@ pub(super) fn index_by_mask(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) 
     } else {
         // Past the count the coordinates are 0: those rows are padding.
         let coords = super::index::nonzero_coords(cx, mask, rows, 0, what)?; // [rows, k]
-        let masked: Vec<i64> = (p..p + k).map(|d| d as i64).collect();
-        let offset: Vec<i64> = (0..xd.len() - k).map(|d| if d < p { d } else { d + 1 } as i64).collect();
-        let slice: Vec<i64> = xd.iter().enumerate().map(|(d, &s)| if (p..p + k).contains(&d) { 1 } else { s }).collect();
-        let attrs = Attrs::new()
-            .with("offset_dims", Attr::Ints(offset))
-            .with("collapsed_slice_dims", Attr::Ints(masked.clone()))
-            .with("operand_batching_dims", Attr::Ints(vec![]))
-            .with("start_indices_batching_dims", Attr::Ints(vec![]))
-            .with("start_index_map", Attr::Ints(masked))
-            .with("index_vector_dim", Attr::Int(1))
-            .with("slice_sizes", Attr::Ints(slice));
-        cx.b.build1(O::Gather, &[x, coords], attrs, None)?
+        super::index::gather_coords(cx, x, p, k, coords, rows)?
     };
     bind_dim(cx, picked, p, count, 0, what)
 }

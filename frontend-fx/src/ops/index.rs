@@ -378,20 +378,32 @@ fn index_tensor(cx: &mut Ctx) -> R<Vec<Val>> {
         return one(super::data_dependent::index_by_mask(cx, x, &idxs)?);
     }
     let ai = adv_index(cx, x, &idxs)?;
+    one(gather_adv(cx, x, &ai)?)
+}
+
+/// `x` at the coordinates `coords` [rows, k] of its dims `at..at + k`, the rows in their place
+/// (`x[mask]` with the mask's nonzero coordinates).
+pub(crate) fn gather_coords(cx: &mut Ctx, x: ValueId, at: usize, k: usize, coords: ValueId, rows: i64) -> R<ValueId> {
+    let ai = AdvIndex { pos: (at..at + k).collect(), bshape: vec![Dim::Static(rows)], coords, batch_at: at };
+    gather_adv(cx, x, &ai)
+}
+
+/// The gather of advanced indexing: `x` at `ai.coords`, the index dims at `ai.batch_at`.
+fn gather_adv(cx: &mut Ctx, x: ValueId, ai: &AdvIndex) -> R<ValueId> {
     let dims = cx.dims(x);
     let r = dims.len();
     let slice_sizes: Vec<i64> =
         dims.iter().enumerate().map(|(i, d)| if ai.pos.contains(&i) { 1 } else { d.as_static().unwrap_or(-1) }).collect();
     let pos: Vec<i64> = ai.pos.iter().map(|&p| p as i64).collect();
     let attrs = Attrs::new()
-        .with("offset_dims", Attr::Ints(window_positions(r, &ai)))
+        .with("offset_dims", Attr::Ints(window_positions(r, ai)))
         .with("collapsed_slice_dims", Attr::Ints(pos.clone()))
         .with("operand_batching_dims", Attr::Ints(vec![]))
         .with("start_indices_batching_dims", Attr::Ints(vec![]))
         .with("start_index_map", Attr::Ints(pos))
         .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
         .with("slice_sizes", Attr::Ints(slice_sizes));
-    one(cx.b.build1(O::Gather, &[x, ai.coords], attrs, None)?)
+    Ok(cx.b.build1(O::Gather, &[x, ai.coords], attrs, None)?)
 }
 
 fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
