@@ -188,7 +188,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         }
         let plan = a.buckets.plan_for(&imported.module)?;
         let shapes: Vec<Vec<i64>> = inputs.iter().map(|(_, t)| t.dims.clone()).collect();
-        let sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
+        let mut sizes = dynamic::infer_sizes(&imported.module, &shapes).map_err(DriverError::from)?;
         let bucket = dynamic::select_bucket(&plan, &sizes).map_err(DriverError::from)?;
         let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &options, Emit::StableHlo)?;
         report_passes(&bl.lowered, options.pass_timing);
@@ -210,7 +210,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         }
         // Under a mesh the bucket is an SPMD program: the padded inputs are split over the
         // devices and the real sizes ride along replicated.
-        let outs = if let Some(sh) = &bl.lowered.sharding {
+        let mut outs = if let Some(sh) = &bl.lowered.sharding {
             if a.repeat > 1 {
                 return Err(Failure::User("--repeat times single-device runs; not a --mesh bucket".into()));
             }
@@ -224,8 +224,6 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             }
             outs
         };
-        let mut outs = outs;
-        let mut sizes = sizes;
         dynamic::take_returned_sizes(&label, &mut outs, |t| &t.bytes[..], &bl.size_results, &mut sizes).map_err(DriverError::from)?;
         let outputs = outs
             .iter()
