@@ -9,64 +9,15 @@
 //! it, and the module passes [`tpuc_ir::verify`].
 
 use crate::archive::Payloads;
-use crate::dtypes;
 use crate::error::{ImportError, NodeRef};
+use crate::meta::{meta_type, parse_expr, parse_symint};
 use crate::ops::{self, Ctx, OutSlot, State, Val};
 use crate::schema::{self, Arg, ArgValue, ExportedProgram, FastMap, FastSet, TensorMeta};
-use crate::sympy;
 use crate::{ConstValue, Imported, InputSlot, OutputSlot};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use tpuc_ir::{ArgInfo, ArgKind, Builder, DType, Dim, Loc, Module, ResultInfo, ResultKind, SymExpr, TensorData, TensorType, ValueId};
-
-/// Parses one SymInt of tensor metadata.
-pub fn meta_symint(v: &schema::SymIntJson, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
-    match v {
-        schema::SymIntJson::Int(i) => Ok(SymExpr::constant(*i)),
-        schema::SymIntJson::Expr(e) => parse_expr(&e.expr_str, rename),
-    }
-}
-
-/// Parses one serialized SymInt (`as_int` or `as_expr`).
-pub fn parse_symint(v: &Value, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
-    let (k, x) = schema::union_arm(v)?;
-    match k {
-        "as_int" => Ok(SymExpr::constant(schema::as_i64(x)?)),
-        "as_expr" => {
-            let text = schema::as_str(schema::field(x, "expr_str")?)?;
-            parse_expr(text, rename)
-        }
-        other => Err(ImportError::schema(format!("unknown SymInt arm `{other}`"))),
-    }
-}
-
-pub fn parse_expr(text: &str, rename: &HashMap<String, String>) -> Result<SymExpr, ImportError> {
-    sympy::parse_sym(text, &|s| rename.get(s).cloned().unwrap_or_else(|| s.to_string()))
-        .map_err(|message| ImportError::SymExpr { expr: text.to_string(), message })
-}
-
-/// The IR type of a TensorMeta.
-pub fn meta_type(meta: &TensorMeta, rename: &HashMap<String, String>) -> Result<TensorType, ImportError> {
-    let dtype = dtypes::from_torch(meta.dtype)?;
-    let mut dims = Vec::with_capacity(meta.sizes.len());
-    let mut numel: i64 = 1;
-    for s in &meta.sizes {
-        let e = meta_symint(s, rename)?;
-        let d = Dim::from_expr(e);
-        if let Dim::Static(n) = d {
-            if !(0..=ops::MAX_SIZE).contains(&n) {
-                return Err(ImportError::schema(format!("tensor size {n} out of range")));
-            }
-            numel = numel.checked_mul(n).filter(|&x| x <= ops::MAX_SIZE).ok_or_else(|| {
-                ImportError::schema(format!("tensor with sizes {:?} is too large", meta.sizes))
-            })?;
-        }
-        dims.push(d);
-    }
-    Ok(TensorType::new(dtype, dims))
-}
-
+use tpuc_ir::{ArgInfo, ArgKind, Builder, DType, Loc, Module, ResultInfo, ResultKind, SymExpr, TensorData, TensorType, ValueId};
 
 fn range_bound(v: Option<&Value>) -> Option<i64> {
     match v {
@@ -228,8 +179,42 @@ pub(crate) fn import_program(
 ) -> Result<Imported, ImportError> {
     let g = &prog.graph_module.graph;
     let mut module = Module::new();
+    let rename = declare_symbols(prog, dim_names, &mut module)?;
+    let sig = read_inputs(prog, &rename)?;
+    let weights = match &payloads {
+        Some(p) => check_weights(p, &sig.weight_args)?,
+        None => BTreeMap::new(),
+    };
+    let (fi, block) = module.add_func("main", sig.args);
+    let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
+    let uses = used_names(prog);
+    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default() };
+    lower_nodes(&mut module, block, g, &rename, &mut st)?;
+    let (results, result_infos, outputs) = read_outputs(prog, &st)?;
+    {
+        let mut b = Builder::new(&mut module, block);
+        b.ret(&results).map_err(|e| ImportError::Verify(e.to_string()))?;
+    }
+    if let Some(f) = module.funcs.get_mut(fi) {
+        f.results = result_infos;
+    }
+    if let Err(errs) = tpuc_ir::verify(&module) {
+        return Err(ImportError::Verify(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")));
+    }
+    let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
+    let has_weight_data = payloads.is_some();
+    let (inputs, sym_inputs) = (sig.inputs, sig.sym_inputs);
+    Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
+}
 
-    // ---- symbols
+/// Step 1: the program's symbols, renamed to the user's dim names where given (else kept when
+/// they are valid module symbols, else `sym<k>`), declared in `module` with their ranges.
+/// Returns torch symbol name → module symbol name.
+fn declare_symbols(
+    prog: &ExportedProgram<'_>,
+    dim_names: &HashMap<String, String>,
+    module: &mut Module,
+) -> Result<HashMap<String, String>, ImportError> {
     let mut rename: HashMap<String, String> = HashMap::new();
     let symbols = collect_symbols(prog);
     let mut taken: HashSet<String> = symbols.iter().filter(|s| tpuc_ir::is_symbol_name(s)).cloned().collect();
@@ -279,15 +264,33 @@ pub(crate) fn import_program(
         }
     }
 
+    Ok(rename)
+}
+
+/// What the signature's input specs give: the function's arguments and how to fill them.
+struct Inputs {
+    /// Constant inputs and SymInt inputs, by FX name.
+    env: FastMap<String, Val>,
+    args: Vec<(TensorType, ArgInfo)>,
+    /// The FX placeholder name of each argument.
+    arg_names: Vec<String>,
+    inputs: Vec<InputSlot>,
+    weight_args: Vec<(String, TensorType)>,
+    sym_inputs: Vec<(usize, SymExpr)>,
+}
+
+/// Step 2: the input specs in signature order (user inputs, parameters, buffers, constants),
+/// plus the seed input of a program with random ops.
+fn read_inputs(prog: &ExportedProgram<'_>, rename: &HashMap<String, String>) -> Result<Inputs, ImportError> {
+    let g = &prog.graph_module.graph;
     let meta_of = |name: &str| -> Result<TensorType, ImportError> {
         let m = g
             .tensor_values
             .get(name)
             .ok_or_else(|| ImportError::schema(format!("no tensor_values entry for `{name}`")))?;
-        meta_type(m, &rename)
+        meta_type(m, rename)
     };
 
-    // ---- inputs
     let mut env: FastMap<String, Val> = FastMap::default();
     let mut args: Vec<(TensorType, ArgInfo)> = Vec::new();
     let mut arg_names: Vec<String> = Vec::new(); // FX placeholder name per argument
@@ -314,7 +317,7 @@ pub(crate) fn import_program(
                     Arg::Tensor(n) => (n.clone(), n, ArgKind::UserInput),
                     Arg::SymInt(schema::SymIntArg::Name(n)) => {
                         let e = match g.sym_int_values.get(&n) {
-                            Some(v) => parse_symint(v, &rename)?,
+                            Some(v) => parse_symint(v, rename)?,
                             None => return Err(ImportError::Signature(format!("SymInt input `{n}` has no sym_int_values entry"))),
                         };
                         sym_inputs.push((args.len(), e.clone()));
@@ -363,36 +366,47 @@ pub(crate) fn import_program(
     // Random ops draw from a counter-based generator keyed by one more user input, the seed
     // (see `ops::random`): the program holds no random state.
     if g.nodes.iter().any(crate::ops::random::draws) {
-        let name = crate::ops::random::SEED_INPUT.to_string();
+        let name = crate::ops::build::SEED_INPUT.to_string();
         inputs.push(InputSlot::Arg(args.len()));
         args.push((TensorType::from_static(DType::I64, &[2]), ArgInfo::new(ArgKind::UserInput, name.clone())));
         arg_names.push(name);
     }
 
-    // ---- weights
-    let has_weight_data = payloads.is_some();
-    let mut weights = BTreeMap::new();
-    if let Some(p) = &payloads {
-        for (name, ty) in &weight_args {
-            if let Some(why) = p.unavailable.get(name) {
-                return Err(ImportError::Weight { name: name.clone(), message: why.clone() });
-            }
-            let data: &TensorData = p.tensors.get(name).ok_or_else(|| ImportError::Weight {
-                name: name.clone(),
-                message: "not found in the archive's weights or constants".into(),
-            })?;
-            if &data.ty != ty {
-                return Err(ImportError::Weight {
-                    name: name.clone(),
-                    message: format!("stored as {}, the program uses {ty}", data.ty),
-                });
-            }
-            weights.insert(name.clone(), data.clone());
-        }
-    }
+    Ok(Inputs { env, args, arg_names, inputs, weight_args, sym_inputs })
+}
 
-    let (fi, block) = module.add_func("main", args);
-    let block_args = module.blocks[block].args().to_vec();
+/// Step 3: each weight argument's data from the archive, checked against the program's type.
+fn check_weights(p: &Payloads, weight_args: &[(String, TensorType)]) -> Result<BTreeMap<String, TensorData>, ImportError> {
+    let mut weights = BTreeMap::new();
+    for (name, ty) in weight_args {
+        if let Some(why) = p.unavailable.get(name) {
+            return Err(ImportError::Weight { name: name.clone(), message: why.clone() });
+        }
+        let data: &TensorData = p.tensors.get(name).ok_or_else(|| ImportError::Weight {
+            name: name.clone(),
+            message: "not found in the archive's weights or constants".into(),
+        })?;
+        if &data.ty != ty {
+            return Err(ImportError::Weight {
+                name: name.clone(),
+                message: format!("stored as {}, the program uses {ty}", data.ty),
+            });
+        }
+        weights.insert(name.clone(), data.clone());
+    }
+    Ok(weights)
+}
+
+/// Step 4: the entry block's arguments bound to their FX names, and each SymInt input's
+/// expression to the argument carrying it.
+fn bind_arguments(
+    module: &Module,
+    block: tpuc_ir::BlockId,
+    mut env: FastMap<String, Val>,
+    arg_names: &[String],
+    sym_inputs: &[(usize, SymExpr)],
+) -> (FastMap<String, Val>, HashMap<SymExpr, ValueId>) {
+    let block_args = module.blocks[block].args();
     let mut sym_args = HashMap::new();
     for (i, n) in arg_names.iter().enumerate() {
         let Some(&v) = block_args.get(i) else { continue };
@@ -400,13 +414,17 @@ pub(crate) fn import_program(
             env.insert(n.clone(), Val::Tensor(v));
         }
     }
-    for (i, e) in &sym_inputs {
+    for (i, e) in sym_inputs {
         if let Some(&v) = block_args.get(*i) {
             sym_args.entry(e.clone()).or_insert(v);
         }
     }
+    (env, sym_args)
+}
 
-    // ---- uses
+/// Step 5: every name a node, the graph's outputs or the output specs read.
+fn used_names(prog: &ExportedProgram<'_>) -> FastSet<String> {
+    let g = &prog.graph_module.graph;
     let mut uses = FastSet::default();
     for n in &g.nodes {
         for a in &n.inputs {
@@ -420,17 +438,26 @@ pub(crate) fn import_program(
         collect_names(s, &mut uses);
     }
 
-    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default() };
+    uses
+}
 
-    // ---- nodes
-    // A node that fails (an unsupported op, arguments its lowering rejects, a result of the
-    // wrong type) does not end the walk: the failure is recorded and its outputs are stood in
-    // for by values of the types torch recorded for them, so later nodes are lowered and
-    // checked as they would be if it had worked. Outputs without a recorded tensor type
-    // (SymInts, missing metadata) cannot be stood in for; a node that reads one is skipped
-    // without being reported, unless its op is unsupported, which is reported regardless.
-    // The import then fails with every failure, in graph order (see `ImportError::Nodes`).
-    let mut walk = Walk { module: &mut module, block, g, rename: &rename, views: HashSet::new() };
+/// Step 6: the nodes, in graph order, through the op registry.
+///
+/// A node that fails (an unsupported op, arguments its lowering rejects, a result of the
+/// wrong type) does not end the walk: the failure is recorded and its outputs are stood in
+/// for by values of the types torch recorded for them, so later nodes are lowered and
+/// checked as they would be if it had worked. Outputs without a recorded tensor type
+/// (SymInts, missing metadata) cannot be stood in for; a node that reads one is skipped
+/// without being reported, unless its op is unsupported, which is reported regardless.
+/// The import then fails with every failure, in graph order (see `ImportError::Nodes`).
+fn lower_nodes(
+    module: &mut Module,
+    block: tpuc_ir::BlockId,
+    g: &schema::Graph<'_>,
+    rename: &HashMap<String, String>,
+    st: &mut State<'_>,
+) -> Result<(), ImportError> {
+    let mut walk = Walk { module, block, g, rename, views: HashSet::new() };
     let mut failures: Vec<ImportError> = Vec::new();
     let mut unknown: HashSet<String> = HashSet::new();
     let mut frames: FastMap<&str, Option<String>> = FastMap::default();
@@ -459,7 +486,7 @@ pub(crate) fn import_program(
             unknown.extend(outs.iter().filter_map(|o| o.name().map(str::to_string)));
             continue;
         }
-        match walk.node(node, &outs, &at, &mut st) {
+        match walk.node(node, &outs, &at, st) {
             Ok(()) => {}
             Err(e) if e.is_node_error() => {
                 failures.push(e);
@@ -484,7 +511,13 @@ pub(crate) fn import_program(
         _ => return Err(ImportError::Nodes(failures)),
     }
 
-    // ---- outputs
+    Ok(())
+}
+
+/// Step 7: the output specs: the function's results (user outputs, the loss, mutations and
+/// gradients) and the outputs that are SymInts or constants.
+fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<ValueId>, Vec<ResultInfo>, Vec<OutputSlot>), ImportError> {
+    let g = &prog.graph_module.graph;
     let out_specs: Cow<[Value]> = if prog.graph_module.signature.output_specs.is_empty() {
         g.outputs.iter().map(|a| serde_json::json!({ "user_output": { "arg": a } })).collect()
     } else {
@@ -550,18 +583,7 @@ pub(crate) fn import_program(
             },
         }
     }
-    {
-        let mut b = Builder::new(&mut module, block);
-        b.ret(&results).map_err(|e| ImportError::Verify(e.to_string()))?;
-    }
-    if let Some(f) = module.funcs.get_mut(fi) {
-        f.results = result_infos;
-    }
-    if let Err(errs) = tpuc_ir::verify(&module) {
-        return Err(ImportError::Verify(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")));
-    }
-    let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
-    Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
+    Ok((results, result_infos, outputs))
 }
 
 /// How a node is lowered: its op's lowering and, for an in-place op lowered through its

@@ -31,12 +31,13 @@ pub mod archive;
 pub mod dtypes;
 mod error;
 mod import;
+mod meta;
 mod ops;
 pub mod schema;
 pub mod sympy;
 
 pub use error::{ImportError, NodeRef};
-pub use ops::random::SEED_INPUT;
+pub use ops::build::SEED_INPUT;
 
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};

@@ -6,7 +6,7 @@
 //! emitter resolves them to ranks. Reduce ops: sum, avg, product, min, max, and band / bor
 //! on integers.
 
-use super::*;
+use crate::ops::build::*;
 use tpuc_ir::{AttrEnum, ReduceKind};
 use Opcode as O;
 

@@ -7,9 +7,9 @@
 //! commute). XLA's inverse transforms divide by the signal size; ATen's `normalization`
 //! (0: none, 1: 1/√n, 2: 1/n, with n the product of the signal sizes) is applied on top.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
-use tpuc_ir::{AttrEnum, FftType};
+use tpuc_ir::FftType;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("view_as_complex.default", view_as_complex),
@@ -30,10 +30,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_fft_c2r.default", fft_c2r),
 ];
 
-pub(crate) fn parts(cx: &mut Ctx, x: ValueId) -> R<(ValueId, ValueId)> {
-    Ok((cx.un(O::Real, x)?, cx.un(O::Imag, x)?))
-}
-
 fn identity_view(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.t("self")?)
 }
@@ -46,8 +42,8 @@ fn view_as_complex(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("view_as_complex needs an f32 or f64 tensor whose last dim is 2, got {}", cx.ty(x)));
     }
     let d = dims.len() - 1;
-    let re = super::shape::select_v(cx, x, d, 0)?;
-    let im = super::shape::select_v(cx, x, d, 1)?;
+    let re = select_v(cx, x, d, 0)?;
+    let im = select_v(cx, x, d, 1)?;
     one(cx.bin(O::Complex, re, im)?)
 }
 
@@ -58,17 +54,6 @@ fn view_as_real(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("view_as_real needs a complex tensor, got {}", cx.ty(x)));
     }
     one(real_pairs(cx, x)?)
-}
-
-/// A complex tensor [...] as its real and imaginary parts side by side, [..., 2].
-pub(crate) fn real_pairs(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
-    let (re, im) = parts(cx, x)?;
-    let mut d1 = cx.dims(re);
-    d1.push(Dim::Static(1));
-    let re = cx.reshape(re, d1.clone())?;
-    let im = cx.reshape(im, d1)?;
-    let last = cx.rank(re) as i64 - 1;
-    Ok(cx.b.concatenate(&[re, im], last)?)
 }
 
 fn complex(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -141,15 +126,6 @@ fn conj(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.bin(O::Complex, re, nim)?)
 }
 
-/// |x| of a complex tensor: √(re² + im²).
-pub fn complex_abs(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
-    let (re, im) = parts(cx, x)?;
-    let a = cx.bin(O::Mul, re, re)?;
-    let b = cx.bin(O::Mul, im, im)?;
-    let s = cx.bin(O::Add, a, b)?;
-    cx.un(O::Sqrt, s)
-}
-
 // ------------------------------------------------------------------------------------ FFT
 
 /// The transformed dims, normalized and checked distinct and static.
@@ -157,116 +133,10 @@ fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
     checked_fft_dims(cx, x, cx.ints("dim")?)
 }
 
-/// `dims` normalized, each once, static, at least one.
-pub(crate) fn checked_fft_dims(cx: &Ctx, x: ValueId, dims: Vec<i64>) -> R<Vec<usize>> {
-    let r = cx.rank(x);
-    let mut out = Vec::new();
-    for d in dims {
-        let d = norm_dim(d, r)?;
-        if d >= r {
-            return err(format!("an FFT over dim {d} of a rank-{r} tensor"));
-        }
-        if out.contains(&d) {
-            return err(format!("fft dim {d} given twice"));
-        }
-        if cx.dims(x)[d].as_static().is_none() {
-            return err("an FFT over a symbolic dim is not supported");
-        }
-        out.push(d);
-    }
-    if out.is_empty() {
-        return err("an FFT needs at least one dim");
-    }
-    Ok(out)
-}
-
-/// `x` with `dims` moved last (in order), and the permutation that undoes it.
-pub(crate) fn to_end(cx: &mut Ctx, x: ValueId, dims: &[usize]) -> R<(ValueId, Option<Vec<i64>>)> {
-    let r = cx.rank(x);
-    let mut perm: Vec<i64> = (0..r as i64).filter(|d| !dims.contains(&(*d as usize))).collect();
-    perm.extend(dims.iter().map(|&d| d as i64));
-    if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
-        return Ok((x, None));
-    }
-    let mut inv = vec![0i64; r];
-    for (i, &p) in perm.iter().enumerate() {
-        inv[p as usize] = i as i64;
-    }
-    Ok((cx.transpose(x, &perm)?, Some(inv)))
-}
-
-pub(crate) fn back(cx: &mut Ctx, y: ValueId, inv: Option<Vec<i64>>) -> R<ValueId> {
-    match inv {
-        Some(p) => cx.transpose(y, &p),
-        None => Ok(y),
-    }
-}
-
-pub(crate) fn fft_op(cx: &mut Ctx, x: ValueId, ty: FftType, length: Vec<i64>) -> R<ValueId> {
-    let attrs = Attrs::new().with("fft_type", ty.attr()).with("fft_length", Attr::Ints(length));
-    Ok(cx.b.build1(O::Fft, &[x], attrs, None)?)
-}
-
-/// Complex-to-complex transform along `dims` (XLA's inverse divides by their sizes).
-pub(crate) fn c2c_along(cx: &mut Ctx, x: ValueId, dims: &[usize], inverse: bool) -> R<ValueId> {
-    if dims.is_empty() {
-        return Ok(x);
-    }
-    if dims.len() > 3 {
-        let (head, tail) = dims.split_at(dims.len() - 3);
-        let y = c2c_along(cx, x, head, inverse)?;
-        return c2c_along(cx, y, tail, inverse);
-    }
-    let (m, inv) = to_end(cx, x, dims)?;
-    let sizes = cx.static_dims(m, "fft")?;
-    let len = sizes[sizes.len() - dims.len()..].to_vec();
-    let y = fft_op(cx, m, if inverse { FftType::Ifft } else { FftType::Fft }, len)?;
-    back(cx, y, inv)
-}
-
-/// The half spectrum `m` (its last dim) cut or zero-padded to the `out_len / 2 + 1` entries a
-/// real inverse transform of length `out_len` reads, then transformed.
-pub(crate) fn irfft_last(cx: &mut Ctx, m: ValueId, out_len: i64) -> R<ValueId> {
-    let want = out_len / 2 + 1;
-    let have = *cx.static_dims(m, "fft")?.last().unwrap_or(&1);
-    let r = cx.rank(m);
-    let m = if have > want {
-        super::shape::slice_static(cx, m, r - 1, 0, want, 1)?
-    } else if have < want {
-        let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(m))?;
-        let mut hi = vec![0i64; r];
-        hi[r - 1] = want - have;
-        cx.b.pad(m, zero, &vec![0; r], &hi, &vec![0; r])?
-    } else {
-        m
-    };
-    fft_op(cx, m, FftType::Irfft, vec![out_len])
-}
-
-/// Multiplies by `k` unless it is 1.
-pub(crate) fn scale(cx: &mut Ctx, x: ValueId, k: f64) -> R<ValueId> {
-    if k == 1.0 {
-        return Ok(x);
-    }
-    cx.bin_c(O::Mul, x, k)
-}
-
 /// The factor turning an unnormalized (forward) or XLA-normalized (inverse) transform of
 /// signal size `n` into ATen's `normalization`.
 fn norm_factor(cx: &Ctx, n: f64, inverse: bool) -> R<f64> {
     norm_scale(cx.int_or("normalization", 0)?, n, inverse)
-}
-
-/// [`norm_factor`] for the normalization `mode` (0 none, 1 by √n, 2 by n).
-pub(crate) fn norm_scale(mode: i64, n: f64, inverse: bool) -> R<f64> {
-    let wanted = match mode {
-        0 => 1.0,
-        1 => 1.0 / n.sqrt(),
-        2 => 1.0 / n,
-        m => return err(format!("unknown FFT normalization {m} (0 none, 1 by √n, 2 by n)")),
-    };
-    // XLA's inverse already divided by n.
-    Ok(if inverse { wanted * n } else { wanted })
 }
 
 fn signal_size(cx: &Ctx, x: ValueId, dims: &[usize]) -> f64 {

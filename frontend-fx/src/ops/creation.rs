@@ -2,7 +2,7 @@
 //! linspace, eye, tril/triu. Empty tensors are created as zeros (their contents are
 //! undefined in torch).
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
@@ -272,19 +272,4 @@ fn tril(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn triu(cx: &mut Ctx) -> R<Vec<Val>> {
     triangle(cx, false)
-}
-
-/// `start, start + step, ..` below the symbolic `end` (`step > 0`) as i64: an iota of the
-/// symbolic length `ceil((end - start) / step)`, scaled and shifted.
-pub(crate) fn sym_range(cx: &mut Ctx, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
-    let span = end.sub(&SymExpr::constant(start));
-    let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
-    let mut v = cx.iota(DType::I64, &[Dim::from_expr(len)], 0)?;
-    if step != 1 {
-        v = cx.bin_c(O::Mul, v, step as f64)?;
-    }
-    if start != 0 {
-        v = cx.bin_c(O::Add, v, start as f64)?;
-    }
-    Ok(v)
 }

@@ -1,15 +1,15 @@
 //! Ops whose result size depends on the values: `nonzero` (`argwhere`), `masked_select`,
 //! `_unique2` (`torch.unique`, flattened), `unique_consecutive`, and indexing by a boolean mask
-//! (`x[mask]`, reached from `index.Tensor`).
+//! (`x[mask]`, lowered in `index` from `index.Tensor` with the same builders).
 //!
 //! Each computes its result into a buffer of the largest size it can have (every element,
-//! see [`buffer_rows`]) and a count of its valid rows,
+//! see `build::sizes`) and a count of its valid rows,
 //! and binds the two with `bind_size` to the data-dependent symbol torch recorded (`u0`).
 //! The `specialize` pass then treats the symbol as a padded dim whose real size the program
 //! computes: later ops mask the padding as for any bucket, and the program returns the count
 //! so that the caller cuts the results.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::ScatterKind;
 
@@ -21,77 +21,9 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("unique_consecutive.default", unique_consecutive),
 ];
 
-/// The rows of the buffer for a result of at most `n` rows: at least 2, since a padded dim of
-/// size 1 would read as unpadded (sizes are at least 1 elsewhere), and this one may be 0.
-fn buffer_rows(n: i64) -> i64 {
-    n.max(2)
-}
-
-/// The number of nonzero elements of `x`, an i64 scalar.
-fn count_true(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
-    let nz = cx.truthy(x)?;
-    let ones = cx.convert(nz, DType::I64)?;
-    let all: Vec<usize> = (0..cx.rank(ones)).collect();
-    cx.reduce(ones, ReduceKind::Sum, &all, false)
-}
-
 /// `v` with its leading dim declared data-dependent (see [`bind_dim`]).
 fn bind_rows(cx: &mut Ctx, v: ValueId, count: ValueId, out: usize, what: &str) -> R<ValueId> {
     bind_dim(cx, v, 0, count, out, what)
-}
-
-/// `v` with dim `dim` declared data-dependent: its first `count` entries are valid, and the dim
-/// is the symbol torch recorded for output `out` (its `u0`), bounded by `v`'s size.
-fn bind_dim(cx: &mut Ctx, v: ValueId, dim: usize, count: ValueId, out: usize, what: &str) -> R<ValueId> {
-    let want = cx.out_type(out).ok_or_else(|| OpError(format!("{what}: torch recorded no shape for the result")))?;
-    let mut ty = cx.ty(v);
-    match want.dims.get(dim) {
-        Some(Dim::Sym(e)) if e.as_symbol().is_some() => ty.dims[dim] = Dim::Sym(e.clone()),
-        // Torch knew the size (a constant input): the padded result is exactly that long.
-        Some(Dim::Static(k)) if ty.dims[dim].as_static().is_some_and(|p| *k <= p) => {
-            let dims = cx.static_dims(v, what)?;
-            let mut limit = dims.clone();
-            limit[dim] = *k;
-            return Ok(cx.b.slice(v, &vec![0; dims.len()], &limit, &vec![1; dims.len()])?);
-        }
-        other => {
-            return err(format!("{what}: the result's size {} is not one data-dependent symbol", other.map_or("?".into(), |d| d.to_string())))
-        }
-    }
-    let attrs = Attrs::new().with("dimension", Attr::Int(dim as i64));
-    Ok(cx.b.build1(Opcode::BindSize, &[v, count], attrs, Some(ty))?)
-}
-
-/// `x[mask]` (`index.Tensor` with one boolean index, after `p` full slices): the mask's `k`
-/// dims of `x` become one data-dependent dim at `p` holding the selected entries in row-major
-/// order. Gathered from the mask's nonzero coordinates into a buffer of every entry, then bound
-/// to their count. Mixing a mask with integer indices is refused.
-pub(super) fn index_by_mask(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) -> R<ValueId> {
-    let what = "indexing with a boolean mask";
-    let present: Vec<(usize, ValueId)> = idxs.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
-    let [(p, mask)] = present[..] else {
-        return err(format!("{what} together with other index tensors is not supported"));
-    };
-    let xd = cx.static_dims(x, what)?;
-    let md = cx.static_dims(mask, what)?;
-    let k = md.len();
-    if p + k > xd.len() || xd[p..p + k] != md[..] {
-        return err(format!("{what}: the mask {} does not match the dims {p}.. of {}", cx.ty(mask), cx.ty(x)));
-    }
-    let n: i64 = md.iter().product();
-    let rows = buffer_rows(n);
-    let mut out: Vec<Dim> = xd[..p].iter().map(|&d| Dim::Static(d)).collect();
-    out.push(Dim::Static(rows));
-    out.extend(xd[p + k..].iter().map(|&d| Dim::Static(d)));
-    let count = count_true(cx, mask)?;
-    let picked = if n == 0 || xd.contains(&0) {
-        cx.full(Scalar::Int(0), cx.dtype(x), &out)?
-    } else {
-        // Past the count the coordinates are 0: those rows are padding.
-        let coords = super::index::nonzero_coords(cx, mask, rows, 0, what)?; // [rows, k]
-        super::index::gather_coords(cx, x, p, k, coords, rows)?
-    };
-    bind_dim(cx, picked, p, count, 0, what)
 }
 
 /// `nonzero` / `argwhere`: the coordinates [u0, rank] of the nonzero elements, computed into a
@@ -99,7 +31,7 @@ pub(super) fn index_by_mask(cx: &mut Ctx, x: ValueId, idxs: &[Option<ValueId>]) 
 fn nonzero(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let n: i64 = cx.static_dims(x, "nonzero")?.iter().product();
-    let coords = super::index::nonzero_coords(cx, x, buffer_rows(n), -1, "nonzero")?;
+    let coords = nonzero_coords(cx, x, buffer_rows(n), -1, "nonzero")?;
     let count = count_true(cx, x)?;
     one(bind_rows(cx, coords, count, 0, "nonzero")?)
 }
@@ -118,11 +50,11 @@ fn masked_select(cx: &mut Ctx) -> R<Vec<Val>> {
         let count = count_true(cx, mask)?;
         return one(bind_rows(cx, flat, count, 0, "masked_select")?);
     }
-    let pos = super::index::nonzero_positions(cx, mask, buffer_rows(n), "masked_select")?;
+    let pos = nonzero_positions(cx, mask, buffer_rows(n), "masked_select")?;
     // Past the count, positions are n: clamp them into range (those rows are padding).
     let last = cx.full_like(Scalar::Int(n - 1), pos)?;
     let pos = cx.bin(O::Min, pos, last)?;
-    let picked = super::shape::take_along(cx, flat, 0, pos)?;
+    let picked = take_along(cx, flat, 0, pos)?;
     let count = count_true(cx, mask)?;
     one(bind_rows(cx, picked, count, 0, "masked_select")?)
 }
@@ -136,7 +68,7 @@ fn runs(cx: &mut Ctx, s: ValueId, n: i64) -> R<(ValueId, ValueId)> {
     let first = cx.full(Scalar::Bool(true), DType::Bool, &[Dim::Static(1)])?;
     let starts = cx.b.concatenate(&[first, differs], 0)?;
     let ones = cx.convert(starts, DType::I64)?;
-    let ends = super::reduce::scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
+    let ends = scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
     let one_v = cx.full_like(Scalar::Int(1), ends)?;
     let group = cx.bin(O::Sub, ends, one_v)?;
     let count = cx.reduce(ones, ReduceKind::Sum, &[0], false)?;
@@ -148,7 +80,7 @@ fn scatter_to(cx: &mut Ctx, init: Scalar, dtype: DType, size: i64, at: ValueId, 
     let buf = cx.full(init, dtype, &[Dim::Static(size)])?;
     let n = cx.static_dims(at, "unique")?[0];
     let coords = cx.reshape(at, vec![Dim::Static(n), Dim::Static(1)])?;
-    super::index::elementwise_scatter(cx, buf, coords, updates, kind)
+    elementwise_scatter(cx, buf, coords, updates, kind)
 }
 
 /// The shared body of `_unique2` and `unique_consecutive` on the flattened `x`: `order` sorts
@@ -170,7 +102,7 @@ fn unique_of(cx: &mut Ctx, x: ValueId, order: bool, what: &str) -> R<Vec<Val>> {
         return Ok(vec![Val::Tensor(values), Val::Tensor(inverse), Val::Tensor(counts)]);
     }
     let (sorted, source) = if order {
-        super::reduce::sort_v(cx, flat, 0, false)?
+        sort_v(cx, flat, 0, false)?
     } else {
         (flat, cx.iota(DType::I64, &[Dim::Static(n)], 0)?)
     };

@@ -4,8 +4,8 @@
 //! kernel may use a matrix-product form for p = 2, which rounds differently), as p-norms:
 //! p = 0 counts nonzero differences, p = ∞ takes the largest, others (Σ|d|^p)^(1/p).
 
-use super::*;
-use super::shape::unsqueeze_v;
+use crate::ops::build::*;
+use unsqueeze_v;
 use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -94,7 +94,7 @@ fn pdist(cx: &mut Ctx) -> R<Vec<Val>> {
         return one(cx.full(Scalar::Float(0.0), cx.dtype(x), &[Dim::Static(0)])?);
     }
     let idx = cx.const_i64(&[pairs.len() as i64], &pairs)?;
-    one(super::shape::take_along(cx, flat, 0, idx)?)
+    one(take_along(cx, flat, 0, idx)?)
 }
 
 /// Σ over `sumdim` of i1·i2·i3, each first unsqueezed at its `expand` positions.

@@ -1,7 +1,7 @@
 //! Matrix products: mm, bmm, addmm, matmul (with batch broadcasting), linear, baddbmm, mv,
 //! dot, outer, einsum and the grouped GEMM of mixture-of-experts layers, all as `dot_general`.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::ReduceKind;
 
@@ -27,43 +27,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("torch.ops.transformers.grouped_mm_fallback.default", grouped_mm_fallback),
     ("torch.ops.transformers.grouped_mm_fallback_backward.default", grouped_mm_fallback_backward),
 ];
-
-/// Both operands in their promoted dtype.
-fn same_dtype(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
-    let dt = cx.result_type(&[Operand::T(a), Operand::T(b)])?;
-    Ok((cx.convert(a, dt)?, cx.convert(b, dt)?))
-}
-
-fn dg(cx: &mut Ctx, a: ValueId, b: ValueId, lb: &[i64], rb: &[i64], lc: &[i64], rc: &[i64]) -> R<ValueId> {
-    Ok(cx.b.dot_general(a, b, lb, rb, lc, rc)?)
-}
-
-/// `torch.matmul` semantics.
-pub fn matmul_v(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<ValueId> {
-    let (a, b) = same_dtype(cx, a, b)?;
-    let (ra, rb) = (cx.rank(a), cx.rank(b));
-    match (ra, rb) {
-        (0, _) | (_, 0) => err("matmul of a zero-dim tensor"),
-        (1, 1) => dg(cx, a, b, &[], &[], &[0], &[0]),
-        (_, 1) => dg(cx, a, b, &[], &[], &[ra as i64 - 1], &[0]),
-        (1, _) => dg(cx, a, b, &[], &[], &[0], &[rb as i64 - 2]),
-        (_, 2) => dg(cx, a, b, &[], &[], &[ra as i64 - 1], &[0]),
-        _ => {
-            let da = cx.dims(a);
-            let db = cx.dims(b);
-            let batch = infer::broadcast_shapes(&da[..ra - 2], &db[..rb - 2])?;
-            let nb = batch.len();
-            let mut sa = batch.clone();
-            sa.extend_from_slice(&da[ra - 2..]);
-            let mut sb = batch.clone();
-            sb.extend_from_slice(&db[rb - 2..]);
-            let a2 = cx.broadcast_to(a, &sa)?;
-            let b2 = cx.broadcast_to(b, &sb)?;
-            let bd: Vec<i64> = (0..nb as i64).collect();
-            dg(cx, a2, b2, &bd, &bd, &[nb as i64 + 1], &[nb as i64])
-        }
-    }
-}
 
 fn need_rank(cx: &Ctx, v: ValueId, r: usize, op: &str) -> R<()> {
     if cx.rank(v) != r {

@@ -12,10 +12,9 @@
 //! int32 at the ATen boundary, as LAPACK's. Solves apply the row swaps to the right-hand side
 //! in order, then the unit lower and the upper triangular solves.
 
-use super::*;
-use super::reduce::arg_v;
-use super::shape::slice_static;
-use super::solve::{self, broadcast_batch, diagonal, first_failure, float_matrix, identity, mt, tri_solve};
+use crate::ops::build::*;
+use arg_v;
+use slice_static;
 use Opcode as O;
 use tpuc_ir::ArgReduceKind;
 
@@ -44,9 +43,10 @@ fn matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
     Ok((m, n))
 }
 
-fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
+/// `square_matrix`, within the unrolled steps.
+fn unrolled_square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
     matrix(cx, a, what)?;
-    solve::square(cx, a, what)
+    square_matrix(cx, a, what)
 }
 
 fn rows(cx: &mut Ctx, dims: &[Dim]) -> R<ValueId> {
@@ -126,7 +126,7 @@ fn factor(cx: &mut Ctx, a: ValueId) -> R<(ValueId, ValueId)> {
         pd.push(Dim::Static(0));
         cx.full(Scalar::Int(0), DType::I64, &pd)?
     } else {
-        let p = super::shape::cat_v(cx, &pivots, r as i64 - 1)?; // [..., 1, k]
+        let p = cat_v(cx, &pivots, r as i64 - 1)?; // [..., 1, k]
         let mut pd = cx.dims(p);
         pd.remove(r - 2);
         cx.reshape(p, pd)?
@@ -244,7 +244,7 @@ fn unpack(cx: &mut Ctx, lu: ValueId, piv: ValueId) -> R<(ValueId, ValueId, Value
     // P = (swaps applied to I)ᵀ.
     let mut pd = dims[..r - 2].to_vec();
     pd.extend([Dim::Static(m), Dim::Static(m)]);
-    let eye = identity(cx, &pd, dt)?;
+    let eye = identity_matrix(cx, &pd, dt)?;
     let swapped = apply_pivots(cx, eye, piv, false)?;
     let p = mt(cx, swapped)?;
     Ok((p, l, u))
@@ -274,7 +274,7 @@ fn lu_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let lu = cx.t("LU")?;
     let piv = cx.t("pivots")?;
     let b = cx.t("B")?;
-    square(cx, lu, "linalg_lu_solve")?;
+    unrolled_square(cx, lu, "linalg_lu_solve")?;
     let left = cx.bool_or("left", true)?;
     let adjoint = cx.bool_or("adjoint", false)?;
     let piv = from_i32_1based(cx, piv)?;
@@ -293,7 +293,7 @@ fn lu_solve(cx: &mut Ctx) -> R<Vec<Val>> {
 fn solve_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     let b = cx.t("B")?;
-    square(cx, a, "linalg_solve")?;
+    unrolled_square(cx, a, "linalg_solve")?;
     let left = cx.bool_or("left", true)?;
     let dt = cx.result_type(&[Operand::T(a), Operand::T(b)])?;
     let (a, b) = (cx.convert(a, dt)?, cx.convert(b, dt)?);
@@ -332,9 +332,9 @@ fn solve_ex(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn inv_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
-    square(cx, a, "linalg_inv")?;
+    unrolled_square(cx, a, "linalg_inv")?;
     let (lu, piv) = factor(cx, a)?;
-    let eye = identity(cx, &cx.dims(a), cx.dtype(a))?;
+    let eye = identity_matrix(cx, &cx.dims(a), cx.dtype(a))?;
     let x = lu_solve_v(cx, lu, piv, eye, false)?;
     let info = singular_info(cx, lu)?;
     Ok(vec![Val::Tensor(x), Val::Tensor(info)])
@@ -342,7 +342,7 @@ fn inv_ex(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn det(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
-    square(cx, a, "linalg_det")?;
+    unrolled_square(cx, a, "linalg_det")?;
     let (lu, piv) = factor(cx, a)?;
     let d = diagonal(cx, lu)?;
     let last = cx.rank(d) - 1;
@@ -355,7 +355,7 @@ fn det(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn slogdet(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
-    square(cx, a, "linalg_slogdet")?;
+    unrolled_square(cx, a, "linalg_slogdet")?;
     let (lu, piv) = factor(cx, a)?;
     let d = diagonal(cx, lu)?;
     let last = cx.rank(d) - 1;

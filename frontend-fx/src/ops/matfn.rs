@@ -12,8 +12,7 @@
 //! closer to the exact exponential than eager's, whose own scaling and squaring in the input
 //! dtype loses a few digits on matrices of larger norm.
 
-use super::solve::{float_matrix, identity};
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -79,7 +78,7 @@ fn matrix_exp(cx: &mut Ctx) -> R<Vec<Val>> {
     let y = cx.bin(O::Mul, x, scale)?;
 
     // Horner: T = I + Y·T / k for k = DEGREE..1, from T = I.
-    let eye = identity(cx, &dims, wd)?;
+    let eye = identity_matrix(cx, &dims, wd)?;
     let mut t = eye;
     for k in (1..=DEGREE).rev() {
         let p = matmul(cx, y, t)?;

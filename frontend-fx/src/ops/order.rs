@@ -15,9 +15,9 @@
 //! Searching a sorted sequence (`searchsorted`, `bucketize`) counts, for each value, the
 //! elements of its row below it (or at most it, for `right`).
 
-use super::index::gather_along;
-use super::reduce::sort_v;
-use super::*;
+use gather_along;
+use sort_v;
+use crate::ops::build::*;
 use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -176,16 +176,16 @@ fn mode(cx: &mut Ctx) -> R<Vec<Val>> {
     let dims = cx.dims(s);
     let io = cx.iota(DType::I64, &dims, dim)?;
     // A run starts where the sorted value differs from the previous one (always at 0).
-    let prev = super::shape::slice_static(cx, s, dim, 0, n - 1, 1)?;
-    let cur = super::shape::slice_static(cx, s, dim, 1, n, 1)?;
+    let prev = slice_static(cx, s, dim, 0, n - 1, 1)?;
+    let cur = slice_static(cx, s, dim, 1, n, 1)?;
     let differs = cx.cmp(Direction::Ne, cur, prev)?;
     let mut first_dims = dims.clone();
     first_dims[dim] = Dim::Static(1);
     let yes = cx.full(Scalar::Bool(true), DType::Bool, &first_dims)?;
-    let starts = super::shape::cat_v(cx, &[yes, differs], dim as i64)?;
+    let starts = cat_v(cx, &[yes, differs], dim as i64)?;
     let neg = cx.full(Scalar::Int(-1), DType::I64, &dims)?;
     let start_pos = cx.select(starts, io, neg)?;
-    let run_start = super::reduce::scan(cx, start_pos, dim, tpuc_ir::ScanKind::Max)?;
+    let run_start = scan(cx, start_pos, dim, tpuc_ir::ScanKind::Max)?;
     let len = cx.bin(O::Sub, io, run_start)?;
     // The first position of the longest run: the largest length, and among those positions the
     // smallest.

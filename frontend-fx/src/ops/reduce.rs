@@ -7,7 +7,7 @@
 //!
 //! One file on purpose: these ops share the accumulation-type and identity rules defined here.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind, ScanKind, ScatterKind};
 
@@ -66,6 +66,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("count_nonzero.dim_IntList", count_nonzero),
     ("count_nonzero.default", count_nonzero),
     ("histc.default", histc),
+    ("_softmax_backward_data.default", softmax_backward),
+    ("_log_softmax_backward_data.default", log_softmax_backward),
 ];
 
 /// The reduced dims from a `dim` argument (omitted, None or empty: all).
@@ -87,14 +89,6 @@ fn reduce_dims(cx: &Ctx, x: ValueId, name: &str) -> R<Vec<usize>> {
 
 fn keepdim(cx: &Ctx) -> R<bool> {
     cx.bool_or("keepdim", false)
-}
-
-/// Accumulation dtype: i64 for integers and bool, f32 for half types.
-fn acc_dtype(d: DType) -> DType {
-    match d {
-        DType::Bool | DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 => DType::I64,
-        other => dtypes::compute_dtype(other),
-    }
 }
 
 /// Result dtype of sum/prod: the `dtype` argument, i64 for integers and bool, else the input's.
@@ -129,17 +123,6 @@ fn sum(cx: &mut Ctx) -> R<Vec<Val>> {
     let out = sum_dtype(cx, x)?;
     let k = keepdim(cx)?;
     one(sum_v(cx, x, &dims, k, out)?)
-}
-
-pub fn mean_v(cx: &mut Ctx, x: ValueId, dims: &[usize], keep: bool, out: DType) -> R<ValueId> {
-    let acc = acc_dtype(out);
-    let xv = cx.convert(x, acc)?;
-    let s = cx.reduce(xv, ReduceKind::Sum, dims, keep)?;
-    let n = cx.count(xv, dims, acc)?;
-    let shape = cx.dims(s);
-    let n = cx.broadcast_to(n, &shape)?;
-    let m = cx.bin(O::Div, s, n)?;
-    cx.convert(m, out)
 }
 
 fn mean(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -196,22 +179,6 @@ fn max_all(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn min_all(cx: &mut Ctx) -> R<Vec<Val>> {
     minmax_reduce(cx, ReduceKind::Min, "__all__")
-}
-
-/// Index of the first max/min along `dim` (removed unless `keep`).
-pub fn arg_v(cx: &mut Ctx, x: ValueId, dim: usize, kind: ArgReduceKind, keep: bool) -> R<ValueId> {
-    let xv = if cx.dtype(x).is_bool() { cx.convert(x, DType::U8)? } else { x };
-    let a = cx.b.build1(
-        O::ArgReduce,
-        &[xv],
-        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", kind.attr()),
-        Some(TensorType::new(DType::I64, cx.dims(x).into_iter().enumerate().filter(|(i, _)| *i != dim).map(|(_, d)| d))),
-    )?;
-    if keep {
-        let kept = keep_dims(&cx.dims(x), &[dim]);
-        return cx.reshape(a, kept);
-    }
-    Ok(a)
 }
 
 fn max_min_dim(cx: &mut Ctx, kind: ReduceKind) -> R<Vec<Val>> {
@@ -303,34 +270,6 @@ fn all(cx: &mut Ctx) -> R<Vec<Val>> {
     any_all(cx, ReduceKind::And)
 }
 
-/// Variance over `dims` with `correction`, two-pass: sum((x - mean)^2) / (N - correction).
-pub fn var_v(cx: &mut Ctx, x: ValueId, dims: &[usize], correction: f64, keep: bool) -> R<(ValueId, ValueId)> {
-    let out = cx.dtype(x);
-    let acc = acc_dtype(out);
-    let xv = cx.convert(x, acc)?;
-    let s = cx.reduce(xv, ReduceKind::Sum, dims, true)?;
-    let n = cx.count(xv, dims, acc)?;
-    let nb = {
-        let sh = cx.dims(s);
-        cx.broadcast_to(n, &sh)?
-    };
-    let mean = cx.bin(O::Div, s, nb)?;
-    let shape = cx.dims(xv);
-    let mb = cx.broadcast_to(mean, &shape)?;
-    let d = cx.bin(O::Sub, xv, mb)?;
-    let sq = cx.bin(O::Mul, d, d)?;
-    let ss = cx.reduce(sq, ReduceKind::Sum, dims, keep)?;
-    let c = cx.scalar(Scalar::Float(correction), acc)?;
-    let denom = cx.bin(O::Sub, n, c)?;
-    let zero = cx.scalar(Scalar::Float(0.0), acc)?;
-    let denom = cx.bin(O::Max, denom, zero)?;
-    let sh = cx.dims(ss);
-    let denom = cx.broadcast_to(denom, &sh)?;
-    let var = cx.bin(O::Div, ss, denom)?;
-    let mean_out = if keep { mean } else { cx.reshape(mean, sh)? };
-    Ok((cx.convert(var, out)?, cx.convert(mean_out, out)?))
-}
-
 /// The correction of var/std: `correction` (default 1) or `unbiased` (default true).
 fn correction(cx: &Ctx) -> R<f64> {
     if let Some(c) = cx.opt_num("correction")? {
@@ -372,25 +311,6 @@ fn logsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
     let dims = reduce_dims(cx, x, "dim")?;
     let k = keepdim(cx)?;
     one(logsumexp_v(cx, x, &dims, k)?)
-}
-
-/// `log(sum(exp(x - m))) + m` over `dims` with `m = amax(x)` (infinite maxima replaced by 0),
-/// as ATen computes it.
-pub fn logsumexp_v(cx: &mut Ctx, x: ValueId, dims: &[usize], k: bool) -> R<ValueId> {
-    let m = cx.reduce(x, ReduceKind::Max, dims, true)?;
-    let am = cx.un(O::Abs, m)?;
-    let inf = cx.full_like(Scalar::Float(f64::INFINITY), m)?;
-    let is_inf = cx.cmp(Direction::Eq, am, inf)?;
-    let z = cx.full_like(Scalar::Float(0.0), m)?;
-    let m = cx.select(is_inf, z, m)?;
-    let shape = cx.dims(x);
-    let mb = cx.broadcast_to(m, &shape)?;
-    let d = cx.bin(O::Sub, x, mb)?;
-    let e = cx.un(O::Exp, d)?;
-    let s = cx.reduce(e, ReduceKind::Sum, dims, k)?;
-    let l = cx.un(O::Log, s)?;
-    let m2 = if k { m } else { cx.reshape(m, cx.dims(l))? };
-    cx.bin(O::Add, l, m2)
 }
 
 fn norm_v(cx: &mut Ctx, x: ValueId, ord: f64, dims: &[usize], keep: bool) -> R<ValueId> {
@@ -482,8 +402,8 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
         if n < 1 {
             return err("segment_reduce: offsets must have at least one element");
         }
-        let starts = crate::ops::shape::slice_static(cx, o, last, 0, n - 1, 1)?;
-        let ends = crate::ops::shape::slice_static(cx, o, last, 1, n, 1)?;
+        let starts = slice_static(cx, o, last, 0, n - 1, 1)?;
+        let ends = slice_static(cx, o, last, 1, n, 1)?;
         (starts, ends)
     } else {
         return err("segment_reduce needs `lengths` or `offsets` (`indices` is not supported, as in torch's CPU kernel)");
@@ -541,15 +461,6 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
         };
     }
     one(cx.convert(y, out_dt)?)
-}
-
-pub(super) fn scan(cx: &mut Ctx, x: ValueId, dim: usize, kind: ScanKind) -> R<ValueId> {
-    Ok(cx.b.build1(
-        O::Scan,
-        &[x],
-        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("kind", kind.attr()),
-        None,
-    )?)
 }
 
 fn cum(cx: &mut Ctx, kind: ScanKind) -> R<Vec<Val>> {
@@ -620,7 +531,7 @@ fn logcumsumexp(cx: &mut Ctx) -> R<Vec<Val>> {
             return one(cx.bin(O::Add, l, m)?);
         }
     }
-    let xd = cx.convert(x, DType::F64.max_float(dt))?;
+    let xd = cx.convert(x, max_float(DType::F64, dt))?;
     let m = cx.reduce(xd, ReduceKind::Max, &[d], true)?;
     let m = cx.broadcast_to(m, &cx.dims(xd))?;
     // A row whose max is ±inf or NaN: shift by 0 instead (exp keeps the infinities).
@@ -664,35 +575,6 @@ fn cummax(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn cummin(cx: &mut Ctx) -> R<Vec<Val>> {
     cum_ext(cx, ScanKind::Min)
-}
-
-/// Softmax-like op along `dim`, computed in f32 for half types and converted to `out`.
-pub fn softmax_v(cx: &mut Ctx, x: ValueId, dim: i64, op: Opcode, out: DType) -> R<ValueId> {
-    let r = cx.rank(x);
-    let xin = cx.float_of(x)?;
-    let compute = acc_dtype(cx.dtype(xin)).max_float(out);
-    let xv = cx.convert(xin, compute)?;
-    if r == 0 {
-        let v = if op == O::Softmax { cx.full_like(Scalar::Float(1.0), xv)? } else { cx.full_like(Scalar::Float(0.0), xv)? };
-        return cx.convert(v, out);
-    }
-    let d = norm_dim(dim, r)?;
-    let s = cx.b.build1(op, &[xv], Attrs::new().with("dimension", Attr::Int(d as i64)), None)?;
-    cx.convert(s, out)
-}
-
-trait MaxFloat {
-    fn max_float(self, other: DType) -> DType;
-}
-impl MaxFloat for DType {
-    /// f32 unless f64 is involved.
-    fn max_float(self, other: DType) -> DType {
-        if self == DType::F64 || other == DType::F64 {
-            DType::F64
-        } else {
-            self
-        }
-    }
 }
 
 fn softmax_internal_impl(cx: &mut Ctx, op: Opcode) -> R<Vec<Val>> {
@@ -750,19 +632,6 @@ fn safe_softmax(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.select(allm, z, s)?)
 }
 
-pub fn sort_v(cx: &mut Ctx, x: ValueId, dim: usize, descending: bool) -> R<(ValueId, ValueId)> {
-    let r = cx.b.build(
-        O::Sort,
-        &[x],
-        Attrs::new().with("dimension", Attr::Int(dim as i64)).with("descending", Attr::Bool(descending)),
-        None,
-    )?;
-    match r.as_slice() {
-        [v, i] => Ok((*v, *i)),
-        _ => err("internal: sort results"),
-    }
-}
-
 fn sort(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
@@ -804,8 +673,8 @@ fn topk(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("topk k={k} out of range for a dim of size {n}"));
     }
     let (v, i) = sort_v(cx, x, d, largest)?;
-    let v = super::shape::slice_static(cx, v, d, 0, k, 1)?;
-    let i = super::shape::slice_static(cx, i, d, 0, k, 1)?;
+    let v = slice_static(cx, v, d, 0, k, 1)?;
+    let i = slice_static(cx, i, d, 0, k, 1)?;
     Ok(vec![Val::Tensor(v), Val::Tensor(i)])
 }
 
@@ -879,4 +748,32 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
         .with("index_vector_dim", Attr::Int(1))
         .with("kind", ScatterKind::Add.attr());
     one(cx.b.build1(O::Scatter, &[init, coords, upd], attrs, None)?)
+}
+
+pub fn softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let y = cx.t("output")?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(y))?;
+    let dt = cx.opt_dtype("input_dtype")?.unwrap_or(cx.dtype(g));
+    let gy = cx.bin(O::Mul, g, y)?;
+    let s = cx.reduce(gy, ReduceKind::Sum, &[dim], true)?;
+    let shape = cx.dims(g);
+    let s = cx.broadcast_to(s, &shape)?;
+    let d = cx.bin(O::Sub, g, s)?;
+    let r = cx.bin(O::Mul, y, d)?;
+    one(cx.convert(r, dt)?)
+}
+
+pub fn log_softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let y = cx.t("output")?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(y))?;
+    let dt = cx.opt_dtype("input_dtype")?.unwrap_or(cx.dtype(g));
+    let s = cx.reduce(g, ReduceKind::Sum, &[dim], true)?;
+    let shape = cx.dims(g);
+    let s = cx.broadcast_to(s, &shape)?;
+    let e = cx.un(O::Exp, y)?;
+    let es = cx.bin(O::Mul, e, s)?;
+    let r = cx.bin(O::Sub, g, es)?;
+    one(cx.convert(r, dt)?)
 }

@@ -11,7 +11,7 @@
 //! triangle. `info` of `linalg_cholesky_ex` is 0, or the 1-based order of the first leading
 //! minor whose pivot is not positive and finite (XLA fills the factor with NaN from there).
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -29,87 +29,12 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("linalg_pinv.atol_rtol_tensor", pinv),
 ];
 
-/// Checks `a` is a float matrix stack [..., n, n] of static matrix dims; returns n.
-pub(super) fn square(cx: &Ctx, a: ValueId, what: &str) -> R<i64> {
-    let (m, n) = float_matrix(cx, a, what)?;
-    if m != n {
-        return err(format!("{what} needs square matrices, got {}", cx.ty(a)));
-    }
-    Ok(n)
-}
-
-/// The identity matrices of `dims` [..., n, n] in `dtype`.
-pub(super) fn identity(cx: &mut Ctx, dims: &[Dim], dtype: DType) -> R<ValueId> {
-    let r = dims.len();
-    let i = cx.iota(DType::I64, dims, r - 2)?;
-    let j = cx.iota(DType::I64, dims, r - 1)?;
-    let on = cx.cmp(Direction::Eq, i, j)?;
-    cx.convert(on, dtype)
-}
-
-/// The diagonal [..., min(m, n)] of `a` [..., m, n].
-pub(super) fn diagonal(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
-    let dims = cx.dims(a);
-    let r = dims.len();
-    let (m, n) = (dims[r - 2].as_static().unwrap_or(0), dims[r - 1].as_static().unwrap_or(0));
-    let sq = super::shape::slice_static(cx, a, r - 1, 0, m.min(n), 1)?;
-    let sq = super::shape::slice_static(cx, sq, r - 2, 0, m.min(n), 1)?;
-    let sd = cx.dims(sq);
-    let i = cx.iota(DType::I64, &sd, r - 2)?;
-    let j = cx.iota(DType::I64, &sd, r - 1)?;
-    let on = cx.cmp(Direction::Eq, i, j)?;
-    let zero = cx.full_like(Scalar::Float(0.0), sq)?;
-    let d = cx.select(on, sq, zero)?;
-    cx.reduce(d, ReduceKind::Sum, &[r - 1], false)
-}
-
 /// True on the lower (or upper) triangle of the trailing [n, n], diagonal included.
 fn triangle(cx: &mut Ctx, dims: &[Dim], lower: bool) -> R<ValueId> {
     let r = dims.len();
     let i = cx.iota(DType::I64, dims, r - 2)?;
     let j = cx.iota(DType::I64, dims, r - 1)?;
     cx.cmp(if lower { Direction::Ge } else { Direction::Le }, i, j)
-}
-
-/// Swaps the trailing two dims.
-pub(super) fn mt(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
-    let r = cx.rank(a) as i64;
-    if r < 2 {
-        return err(format!("expected a matrix stack [..., m, n], got {}", cx.ty(a)));
-    }
-    let mut p: Vec<i64> = (0..r).collect();
-    p.swap(r as usize - 1, r as usize - 2);
-    cx.transpose(a, &p)
-}
-
-/// `a` and `b` with their batch dims broadcast to a common shape (matrix dims kept).
-pub(super) fn broadcast_batch(cx: &mut Ctx, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
-    let (da, db) = (cx.dims(a), cx.dims(b));
-    if da.len() < 2 || db.len() < 2 {
-        return err(format!("expected two matrix stacks [..., m, n], got {} and {}", cx.ty(a), cx.ty(b)));
-    }
-    let (ba, bb) = (&da[..da.len() - 2], &db[..db.len() - 2]);
-    let batch = tpuc_ir::infer::broadcast_shapes(ba, bb)?;
-    let grow = |cx: &mut Ctx, v: ValueId, d: &[Dim]| -> R<ValueId> {
-        let mut full = batch.clone();
-        full.extend_from_slice(&d[d.len() - 2..]);
-        if full == d {
-            return Ok(v);
-        }
-        cx.broadcast_to(v, &full)
-    };
-    Ok((grow(cx, a, &da)?, grow(cx, b, &db)?))
-}
-
-/// Flags: left_side, lower, unit_diagonal, transpose_a.
-pub(super) fn tri_solve(cx: &mut Ctx, a: ValueId, b: ValueId, flags: [bool; 4]) -> R<ValueId> {
-    let [left, lower, unit, transpose] = flags;
-    let attrs = Attrs::new()
-        .with("left_side", Attr::Bool(left))
-        .with("lower", Attr::Bool(lower))
-        .with("unit_diagonal", Attr::Bool(unit))
-        .with("transpose_a", Attr::Bool(transpose));
-    Ok(cx.b.build1(O::TriangularSolve, &[a, b], attrs, None)?)
 }
 
 /// The lower Cholesky factor L (A = L·Lᵀ), masked to its triangle.
@@ -123,7 +48,7 @@ fn cholesky_lower(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
 
 fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("self")?;
-    let n = square(cx, a, "linalg_cholesky_ex")?;
+    let n = square_matrix(cx, a, "linalg_cholesky_ex")?;
     let upper = cx.bool_or("upper", false)?;
     let l = cholesky_lower(cx, a)?;
     let info = if cx.used(1) && n > 0 {
@@ -145,23 +70,6 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     Ok(vec![Val::Tensor(l), info])
 }
 
-/// LAPACK's `info` from per-step success flags `good` [..., k]: 0 when every step succeeded,
-/// else the 1-based number of the first that failed (int32 [...]).
-pub(super) fn first_failure(cx: &mut Ctx, good: ValueId) -> R<ValueId> {
-    let gd = cx.dims(good);
-    let last = gd.len() - 1;
-    let k = gd[last].as_static().unwrap_or(0);
-    let order = cx.iota(DType::I32, &gd, last)?;
-    let order = cx.bin_c(O::Add, order, 1.0)?;
-    let none = cx.full_like(Scalar::Int(k + 1), order)?;
-    let first = cx.select(good, none, order)?;
-    let first = cx.reduce(first, ReduceKind::Min, &[last], false)?;
-    let big = cx.full_like(Scalar::Int(k + 1), first)?;
-    let ok = cx.cmp(Direction::Eq, first, big)?;
-    let zero = cx.full_like(Scalar::Int(0), first)?;
-    cx.select(ok, zero, first)
-}
-
 /// Solves (L·Lᵀ)·X = B, or (Uᵀ·U)·X = B with `upper`, for the factor `f`.
 fn solve_with_factor(cx: &mut Ctx, b: ValueId, f: ValueId, upper: bool) -> R<ValueId> {
     let (f, b) = broadcast_batch(cx, f, b)?;
@@ -173,7 +81,7 @@ fn solve_with_factor(cx: &mut Ctx, b: ValueId, f: ValueId, upper: bool) -> R<Val
 fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let b = cx.t("self")?;
     let f = cx.t("input2")?;
-    square(cx, f, "cholesky_solve")?;
+    square_matrix(cx, f, "cholesky_solve")?;
     let upper = cx.bool_or("upper", false)?;
     let dt = cx.result_type(&[Operand::T(b), Operand::T(f)])?;
     let (b, f) = (cx.convert(b, dt)?, cx.convert(f, dt)?);
@@ -182,9 +90,9 @@ fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn cholesky_inverse(cx: &mut Ctx) -> R<Vec<Val>> {
     let f = cx.t("self")?;
-    square(cx, f, "cholesky_inverse")?;
+    square_matrix(cx, f, "cholesky_inverse")?;
     let upper = cx.bool_or("upper", false)?;
-    let eye = identity(cx, &cx.dims(f), cx.dtype(f))?;
+    let eye = identity_matrix(cx, &cx.dims(f), cx.dtype(f))?;
     one(solve_with_factor(cx, eye, f, upper)?)
 }
 
@@ -192,7 +100,7 @@ fn cholesky_inverse(cx: &mut Ctx) -> R<Vec<Val>> {
 fn solve_triangular(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("self")?;
     let b = cx.t("B")?;
-    square(cx, a, "linalg_solve_triangular")?;
+    square_matrix(cx, a, "linalg_solve_triangular")?;
     let upper = cx.bool_or("upper", false)?;
     let left = cx.bool_or("left", true)?;
     let unit = cx.bool_or("unitriangular", false)?;
@@ -206,26 +114,13 @@ fn solve_triangular(cx: &mut Ctx) -> R<Vec<Val>> {
 fn triangular_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let b = cx.t("self")?;
     let a = cx.t("A")?;
-    square(cx, a, "triangular_solve")?;
+    square_matrix(cx, a, "triangular_solve")?;
     let upper = cx.bool_or("upper", true)?;
     let transpose = cx.bool_or("transpose", false)?;
     let unit = cx.bool_or("unitriangular", false)?;
     let (a2, b2) = broadcast_batch(cx, a, b)?;
     let x = tri_solve(cx, a2, b2, [true, !upper, unit, transpose])?;
     Ok(vec![Val::Tensor(x), Val::Tensor(a2)])
-}
-
-/// Checks `a` is a float matrix stack [..., m, n] of static matrix dims; returns (m, n).
-pub(super) fn float_matrix(cx: &Ctx, a: ValueId, what: &str) -> R<(i64, i64)> {
-    let d = cx.dims(a);
-    let r = d.len();
-    if r < 2 || !cx.dtype(a).is_float() {
-        return err(format!("{what} needs float matrices [..., m, n], got {}", cx.ty(a)));
-    }
-    match (d[r - 2].as_static(), d[r - 1].as_static()) {
-        (Some(m), Some(n)) => Ok((m, n)),
-        _ => err(format!("{what} needs matrices of static size, got {}", cx.ty(a))),
-    }
 }
 
 fn qr_v(cx: &mut Ctx, a: ValueId) -> R<(ValueId, ValueId)> {
@@ -248,7 +143,7 @@ fn with_cols(cx: &mut Ctx, a: ValueId, cols: i64) -> R<ValueId> {
         return Ok(a);
     }
     if n > cols {
-        return super::shape::slice_static(cx, a, r - 1, 0, cols, 1);
+        return slice_static(cx, a, r - 1, 0, cols, 1);
     }
     let zero = cx.scalar(Scalar::Float(0.0), cx.dtype(a))?;
     let mut hi = vec![0i64; r];
@@ -284,7 +179,7 @@ fn linalg_qr(cx: &mut Ctx) -> R<Vec<Val>> {
     let r = cx.rank(p);
     // R: the upper triangle, k×n (reduced, r) or m×n (complete).
     let rows_r = if mode == "complete" { m } else { k };
-    let rr = super::shape::slice_static(cx, p, r - 2, 0, rows_r, 1)?;
+    let rr = slice_static(cx, p, r - 2, 0, rows_r, 1)?;
     let dims = cx.dims(rr);
     let up = triangle(cx, &dims, false)?;
     let z = cx.full_like(Scalar::Float(0.0), rr)?;
@@ -332,13 +227,13 @@ fn ormqr(cx: &mut Ctx) -> R<Vec<Val>> {
     let q = full_q(cx, a, tau, m)?;
     let q = if transpose { mt(cx, q)? } else { q };
     let c = cx.convert(c, cx.dtype(a))?;
-    let out = if left { super::linalg::matmul_v(cx, q, c)? } else { super::linalg::matmul_v(cx, c, q)? };
+    let out = if left { matmul_v(cx, q, c)? } else { matmul_v(cx, c, q)? };
     one(out)
 }
 
 fn eigh(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
-    square(cx, a, "linalg_eigh")?;
+    square_matrix(cx, a, "linalg_eigh")?;
     let uplo = cx.str_or("UPLO", "L")?;
     let lower = match uplo.as_str() {
         "L" | "l" => true,
@@ -391,11 +286,11 @@ fn svd_thin(cx: &mut Ctx, a: ValueId, m: i64, n: i64) -> R<(ValueId, ValueId, Va
     // The largest k eigenpairs, in descending order.
     let order: Vec<i64> = (0..k).map(|i| size - 1 - i).collect();
     let idx = cx.const_i64(&[k], &order)?;
-    let s = super::shape::take_along(cx, vals, r - 2, idx)?;
-    let x = super::shape::take_along(cx, vecs, r - 1, idx)?; // [..., m+n, k]
+    let s = take_along(cx, vals, r - 2, idx)?;
+    let x = take_along(cx, vecs, r - 1, idx)?; // [..., m+n, k]
     let x = cx.bin_c(O::Mul, x, std::f64::consts::SQRT_2)?;
-    let u = super::shape::slice_static(cx, x, r - 2, 0, m, 1)?;
-    let v = super::shape::slice_static(cx, x, r - 2, m, size, 1)?;
+    let u = slice_static(cx, x, r - 2, 0, m, 1)?;
+    let v = slice_static(cx, x, r - 2, m, size, 1)?;
     Ok((u, s, v))
 }
 
@@ -408,7 +303,7 @@ fn complete(cx: &mut Ctx, q: ValueId, m: i64, k: i64) -> R<ValueId> {
     let r = cx.rank(q);
     let (p, tau) = qr_v(cx, q)?;
     let full = full_q(cx, p, tau, m)?;
-    let rest = super::shape::slice_static(cx, full, r - 1, k, m, 1)?;
+    let rest = slice_static(cx, full, r - 1, k, m, 1)?;
     cx.b.concatenate(&[q, rest], r as i64 - 1).map_err(Into::into)
 }
 
@@ -505,5 +400,5 @@ fn pinv(cx: &mut Ctx) -> R<Vec<Val>> {
     let inv_row = cx.broadcast_to(inv_row, &cx.dims(v))?;
     let vs = cx.bin(O::Mul, v, inv_row)?;
     let ut = mt(cx, u)?;
-    one(super::linalg::matmul_v(cx, vs, ut)?)
+    one(matmul_v(cx, vs, ut)?)
 }

@@ -6,8 +6,7 @@
 //! `_fft_c2r` (see `complex`), scaled by `norm`: "backward" (the default) scales the inverse
 //! by 1/n, "ortho" both ways by 1/√n, "forward" the forward by 1/n.
 
-use super::complex::{back, c2c_along, checked_fft_dims, fft_op, irfft_last, norm_scale, real_pairs, scale, to_end};
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::FftType;
 
@@ -107,7 +106,7 @@ fn dims_and_sizes(cx: &Ctx, x: ValueId, form: Form) -> R<(Vec<usize>, Vec<Option
 fn resize(cx: &mut Ctx, x: ValueId, dim: usize, n: i64) -> R<ValueId> {
     let have = cx.static_dims(x, "fft")?[dim];
     if have > n {
-        return super::shape::slice_static(cx, x, dim, 0, n, 1);
+        return slice_static(cx, x, dim, 0, n, 1);
     }
     if have < n {
         let r = cx.rank(x);
@@ -240,7 +239,7 @@ fn stft(cx: &mut Ctx) -> R<Vec<Val>> {
     let k = cx.iota(DType::I64, &fk, 1)?;
     let pos = cx.bin(O::Add, f, k)?;
     let pos = cx.reshape(pos, vec![Dim::Static(frames * n_fft)])?;
-    let mut framed = super::shape::take_along(cx, x, r - 1, pos)?;
+    let mut framed = take_along(cx, x, r - 1, pos)?;
     let mut shape = cx.dims(x);
     shape.pop();
     shape.extend(fk.iter().cloned());

@@ -2,7 +2,7 @@
 //! are tracked at compile time as [`SymExpr`]s (never as tensors); comparisons give SymBools,
 //! known when both sides are constants (they only feed run-time assertions).
 
-use super::*;
+use crate::ops::build::*;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("sym_size.int", sym_size),

@@ -1,7 +1,8 @@
 //! Activations: ReLU and its variants, GELU, SiLU, softplus, Mish, the hard and shrink
 //! forms, ELU/SELU/CELU, `logit`, log-sigmoid and GLU.
 
-use super::*;
+use super::binary::{clamp_const};
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::{AttrEnum, Direction, GeluApproximation};
 
@@ -163,8 +164,8 @@ pub(super) fn glu(cx: &mut Ctx) -> R<Vec<Val>> {
     if n % 2 != 0 {
         return err(format!("glu needs an even dim, got {n}"));
     }
-    let a = crate::ops::shape::slice_static(cx, x, d, 0, n / 2, 1)?;
-    let b = crate::ops::shape::slice_static(cx, x, d, n / 2, n, 1)?;
+    let a = slice_static(cx, x, d, 0, n / 2, 1)?;
+    let b = slice_static(cx, x, d, n / 2, n, 1)?;
     let s = cx.un(O::Logistic, b)?;
     one(cx.bin(O::Mul, a, s)?)
 }
@@ -191,4 +192,89 @@ pub(super) fn softshrink(cx: &mut Ctx) -> R<Vec<Val>> {
     let z = cx.full_like(Scalar::Float(0.0), x)?;
     let r = cx.select(dn, xp, z)?;
     one(cx.select(up, xm, r)?)
+}
+
+pub fn threshold_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let th = cx.num("threshold")?;
+    let shape = cx.broadcast_shape(&[Operand::T(g), Operand::T(x)])?;
+    let dt = cx.dtype(g);
+    let xb = cx.broadcast_to(x, &shape)?;
+    let gb = cx.broadcast_to(g, &shape)?;
+    let xd = cx.dtype(xb);
+    let t = cx.full(th.scalar(), xd, &shape)?;
+    let le = cx.cmp(Direction::Le, xb, t)?;
+    let z = cx.full(Scalar::Int(0), dt, &shape)?;
+    one(cx.select(le, z, gb)?)
+}
+
+pub fn tanh_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let y = cx.t("output")?;
+    let yy = cx.bin(O::Mul, y, y)?;
+    let o = cx.full_like(Scalar::Float(1.0), y)?;
+    let d = cx.bin(O::Sub, o, yy)?;
+    one(cx.bin(O::Mul, g, d)?)
+}
+
+pub fn sigmoid_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let y = cx.t("output")?;
+    let o = cx.full_like(Scalar::Float(1.0), y)?;
+    let d = cx.bin(O::Sub, o, y)?;
+    let gd = cx.bin(O::Mul, g, d)?;
+    one(cx.bin(O::Mul, gd, y)?)
+}
+
+pub fn gelu_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let approx = cx.str_or("approximate", "none")?;
+    let deriv = if approx == "tanh" {
+        let k_beta = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+        let k_kappa = 0.044715;
+        let x2 = cx.bin(O::Mul, x, x)?;
+        let x3 = cx.bin(O::Mul, x2, x)?;
+        let kx3 = cx.bin_c(O::Mul, x3, k_kappa)?;
+        let s = cx.bin(O::Add, x, kx3)?;
+        let inner = cx.bin_c(O::Mul, s, k_beta)?;
+        let t = cx.un(O::Tanh, inner)?;
+        let left = cx.bin_c(O::Mul, x, 0.5)?;
+        let right = cx.bin_c(O::Add, t, 1.0)?;
+        let left_d = cx.bin_c(O::Mul, right, 0.5)?;
+        let tt = cx.bin(O::Mul, t, t)?;
+        let o = cx.full_like(Scalar::Float(1.0), x)?;
+        let one_m = cx.bin(O::Sub, o, tt)?;
+        let ldr = cx.bin(O::Mul, left, one_m)?;
+        let k3 = cx.bin_c(O::Mul, x2, 3.0 * k_kappa)?;
+        let k3 = cx.bin_c(O::Add, k3, 1.0)?;
+        let k3 = cx.bin_c(O::Mul, k3, k_beta)?;
+        let right_d = cx.bin(O::Mul, ldr, k3)?;
+        cx.bin(O::Add, left_d, right_d)?
+    } else {
+        let xs = cx.bin_c(O::Mul, x, std::f64::consts::FRAC_1_SQRT_2)?;
+        let e = cx.un(O::Erf, xs)?;
+        let e1 = cx.bin_c(O::Add, e, 1.0)?;
+        let cdf = cx.bin_c(O::Mul, e1, 0.5)?;
+        let x2 = cx.bin(O::Mul, x, x)?;
+        let h = cx.bin_c(O::Mul, x2, -0.5)?;
+        let ex = cx.un(O::Exp, h)?;
+        let pdf = cx.bin_c(O::Mul, ex, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+        let xp = cx.bin(O::Mul, x, pdf)?;
+        cx.bin(O::Add, cdf, xp)?
+    };
+    one(cx.bin(O::Mul, g, deriv)?)
+}
+
+pub fn silu_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let s = cx.un(O::Logistic, x)?;
+    let o = cx.full_like(Scalar::Float(1.0), x)?;
+    let om = cx.bin(O::Sub, o, s)?;
+    let xo = cx.bin(O::Mul, x, om)?;
+    let t = cx.bin(O::Add, o, xo)?;
+    let st = cx.bin(O::Mul, s, t)?;
+    one(cx.bin(O::Mul, g, st)?)
 }

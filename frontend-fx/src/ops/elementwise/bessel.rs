@@ -9,7 +9,7 @@
 //! tabulated. Accuracy is a few ulps of f32 everywhere, about 1e-7 (relative) for K near 8 in
 //! f64.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 

@@ -8,7 +8,7 @@
 //! special form (pow by 2 is `x*x`, floor division goes through `fmod`), the same form is
 //! emitted so results match eager bit for bit where the IR allows.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
@@ -109,54 +109,6 @@ pub fn trunc_v(cx: &mut Ctx, v: ValueId) -> R<ValueId> {
     let c = cx.un(O::Ceil, v)?;
     let f = cx.un(O::Floor, v)?;
     cx.select(neg, c, f)
-}
-
-/// ATen's floor division (`div_floor_integer` / `div_floor_floating`).
-pub fn floor_div_v(cx: &mut Ctx, x: ValueId, y: ValueId) -> R<ValueId> {
-    let dt = cx.dtype(x);
-    let zero = cx.full_like(Scalar::Int(0), x)?;
-    if dt.is_unsigned_int() || dt.is_bool() {
-        return cx.bin(O::Div, x, y);
-    }
-    if dt.is_int() {
-        let q = cx.bin(O::Div, x, y)?;
-        let r = cx.bin(O::Rem, x, y)?;
-        let xn = cx.cmp(Direction::Lt, x, zero)?;
-        let yn = cx.cmp(Direction::Lt, y, zero)?;
-        let differ = cx.bin(O::Xor, xn, yn)?;
-        let rnz = cx.cmp(Direction::Ne, r, zero)?;
-        let fix = cx.bin(O::And, differ, rnz)?;
-        let one_ = cx.full_like(Scalar::Int(1), x)?;
-        let q1 = cx.bin(O::Sub, q, one_)?;
-        return cx.select(fix, q1, q);
-    }
-    // if b == 0: a / b
-    // mod = fmod(a, b); div = (a - mod) / b
-    // if mod != 0 and (b < 0) != (mod < 0): div -= 1
-    // if div != 0: fd = floor(div); if div - fd > 0.5: fd += 1   else: fd = copysign(0, a / b)
-    let plain = cx.bin(O::Div, x, y)?;
-    let m = cx.bin(O::Rem, x, y)?;
-    let am = cx.bin(O::Sub, x, m)?;
-    let d0 = cx.bin(O::Div, am, y)?;
-    let mnz = cx.cmp(Direction::Ne, m, zero)?;
-    let yn = cx.cmp(Direction::Lt, y, zero)?;
-    let mn = cx.cmp(Direction::Lt, m, zero)?;
-    let differ = cx.cmp(Direction::Ne, yn, mn)?;
-    let fix = cx.bin(O::And, mnz, differ)?;
-    let one_ = cx.full_like(Scalar::Float(1.0), x)?;
-    let d1 = cx.bin(O::Sub, d0, one_)?;
-    let d = cx.select(fix, d1, d0)?;
-    let fd = cx.un(O::Floor, d)?;
-    let frac = cx.bin(O::Sub, d, fd)?;
-    let half = cx.full_like(Scalar::Float(0.5), x)?;
-    let up = cx.cmp(Direction::Gt, frac, half)?;
-    let fd1 = cx.bin(O::Add, fd, one_)?;
-    let fdr = cx.select(up, fd1, fd)?;
-    let signed_zero = cx.bin(O::Mul, plain, zero)?;
-    let dnz = cx.cmp(Direction::Ne, d, zero)?;
-    let res = cx.select(dnz, fdr, signed_zero)?;
-    let ynz = cx.cmp(Direction::Ne, y, zero)?;
-    cx.select(ynz, res, plain)
 }
 
 pub(super) fn div_mode(cx: &mut Ctx) -> R<Vec<Val>> {

@@ -10,7 +10,7 @@
 //! (91 steps for int64, 45 for int32). A step after `a` reached 0 changes nothing.
 
 use super::binary::int_pair;
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 

@@ -33,7 +33,8 @@
 // Coefficients keep the digits they were published with (Cephes, Boost).
 #![allow(clippy::excessive_precision)]
 
-use super::*;
+use super::binary::{binary_operands, true_div_dtype};
+use crate::ops::build::*;
 use crate::dtypes::compute_dtype;
 use Opcode as O;
 use tpuc_ir::Direction;

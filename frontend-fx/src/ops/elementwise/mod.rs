@@ -20,7 +20,7 @@ use igamma::*;
 use special::*;
 use unary::*;
 
-use super::*;
+use crate::ops::build::*;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("add.Tensor", add),
@@ -240,4 +240,9 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("glu.default", glu),
     ("hardshrink.default", hardshrink),
     ("softshrink.default", softshrink),
+    ("threshold_backward.default", threshold_backward),
+    ("tanh_backward.default", tanh_backward),
+    ("sigmoid_backward.default", sigmoid_backward),
+    ("gelu_backward.default", gelu_backward),
+    ("silu_backward.default", silu_backward),
 ];

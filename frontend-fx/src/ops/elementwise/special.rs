@@ -7,7 +7,8 @@
 //! its own accurate approximations for every float width. Integer and bool inputs compute in
 //! the default float dtype, as in ATen.
 
-use super::*;
+use super::binary::{binary_operands, true_div_dtype, trunc_v};
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 

@@ -2,7 +2,8 @@
 //! rounding (the identity on integers), sign and absolute value, and the float classification
 //! and cleanup ops (`isnan`, `isinf`, `isfinite`, `nan_to_num`).
 
-use super::*;
+use super::binary::{isnan_v, trunc_v};
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::Direction;
 
@@ -58,7 +59,7 @@ pub(super) fn trunc(cx: &mut Ctx) -> R<Vec<Val>> {
 pub(super) fn abs(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     if cx.dtype(x).is_complex() {
-        return one(crate::ops::complex::complex_abs(cx, x)?);
+        return one(complex_abs(cx, x)?);
     }
     if cx.dtype(x).is_bool() || cx.dtype(x).is_unsigned_int() {
         return one(x);

@@ -2,7 +2,8 @@
 //! efficient forms, whose second output is the logsumexp of the scores. The argument handling
 //! and the scores are shared with the flash-attention backward.
 
-use super::*;
+use super::norm::stat_dtype;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::{Direction, ReduceKind};
 
@@ -144,7 +145,7 @@ fn attention_with_dropout(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     let batch: Vec<i64> = (0..r as i64 - 2).collect();
     let s = cx.b.dot_general(a.q, kt, &batch, &batch, &[r as i64 - 1], &[r as i64 - 2])?;
     let s = mask_scores(cx, a, s)?;
-    let p = crate::ops::reduce::softmax_v(cx, s, r as i64 - 1, O::Softmax, dt)?;
+    let p = softmax_v(cx, s, r as i64 - 1, O::Softmax, dt)?;
     let p = if a.causal || a.mask.is_some() {
         // A row whose keys are all masked is zeros, not NaN.
         let ninf = cx.full_like(Scalar::Float(f64::NEG_INFINITY), s)?;
@@ -156,7 +157,7 @@ fn attention_with_dropout(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     } else {
         p
     };
-    let (p, _) = crate::ops::random::drop_with(cx, p, a.dropout)?;
+    let (p, _) = drop_with(cx, p, a.dropout)?;
     Ok(cx.b.dot_general(p, a.v, &batch, &batch, &[r as i64 - 1], &[r as i64 - 2])?)
 }
 
@@ -175,7 +176,7 @@ pub fn attention_lse(cx: &mut Ctx, a: &SdpaArgs) -> R<ValueId> {
     let a = &widened(cx, a)?;
     let s = attention_scores(cx, a)?;
     let r = cx.rank(s);
-    crate::ops::reduce::logsumexp_v(cx, s, &[r - 1], false)
+    logsumexp_v(cx, s, &[r - 1], false)
 }
 
 /// `a` with q, k, v and a float mask in the computation dtype of q (f32 for 16-bit floats), as
@@ -222,4 +223,47 @@ pub(super) fn sdpa_efficient(cx: &mut Ctx) -> R<Vec<Val>> {
         }
     }
     Ok(vals)
+}
+
+/// The CPU flash-attention backward given the forward's logsumexp. When the "logsumexp" has
+/// the scores' rank (the math-decomposed forward passes the attention weights instead), the
+/// kernel reads its element [..., 0] per row; that is reproduced.
+pub fn sdpa_flash_cpu_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let a = sdpa_args(cx, "attn_mask", false)?;
+    let dout = cx.t("grad_out")?;
+    let out = cx.t("out")?;
+    let mut lse = cx.t("logsumexp")?;
+    let r = cx.rank(a.q);
+    let dt = cx.dtype(a.q);
+    if cx.rank(lse) == r {
+        let d = cx.dims(lse);
+        let first = slice_any(cx, lse, r - 1, Some(SymExpr::constant(0)), Some(SymExpr::constant(1)), 1)?;
+        lse = cx.reshape(first, d[..r - 1].to_vec())?;
+    }
+    let lse = cx.convert(lse, dt)?;
+    let s = attention_scores(cx, &a)?;
+    let shape = cx.dims(s);
+    let lb = cx.b.broadcast_in_dim(lse, &(0..r as i64 - 1).collect::<Vec<_>>(), shape.clone())?;
+    let d = cx.bin(O::Sub, s, lb)?;
+    let p = cx.un(O::Exp, d)?;
+    let batch: Vec<i64> = (0..r as i64 - 2).collect();
+    let (l2, l1) = (r as i64 - 2, r as i64 - 1);
+    // dV = P^T dO
+    let dv = cx.b.dot_general(p, dout, &batch, &batch, &[l2], &[l2])?;
+    // dP = dO V^T
+    let dp = cx.b.dot_general(dout, a.v, &batch, &batch, &[l1], &[l1])?;
+    // D = rowsum(dO * O)
+    let oo = cx.bin(O::Mul, dout, out)?;
+    let dsum = cx.reduce(oo, ReduceKind::Sum, &[r - 1], true)?;
+    let dsum = cx.broadcast_to(dsum, &shape)?;
+    let diff = cx.bin(O::Sub, dp, dsum)?;
+    let ds = cx.bin(O::Mul, p, diff)?;
+    let dq = cx.b.dot_general(ds, a.k, &batch, &batch, &[l1], &[l2])?;
+    let dq = cx.bin_c(O::Mul, dq, a.scale)?;
+    let dk = cx.b.dot_general(ds, a.q, &batch, &batch, &[l2], &[l2])?;
+    let dk = cx.bin_c(O::Mul, dk, a.scale)?;
+    if cx.dims(dk) != cx.dims(cx.t("key")?) {
+        return err("flash-attention backward with grouped-query heads is not supported");
+    }
+    Ok(vec![Val::Tensor(dq), Val::Tensor(dk), Val::Tensor(dv)])
 }

@@ -2,8 +2,15 @@
 //! `'same'` and `'valid'`) and transposed convolution, computed as the IR's `convolution`
 //! with a flipped kernel for the transposed form (the kernel flip is shared with the
 //! convolution backward).
+//!
+//! `convolution_backward` is the transposed convolution for the input gradient and a
+//! convolution of the input with the output gradient (batch and feature roles swapped;
+//! groups through `batch_group_count`) for the weight gradient, as JAX derives them. Of a
+//! transposed convolution (the adjoint of a convolution with the same weight) the input
+//! gradient is that plain convolution of the output gradient, and the weight gradient the
+//! same formula with input and output gradient exchanged.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 
 /// Expands a length-1 list to `n` entries; checks the length otherwise.
@@ -86,7 +93,7 @@ pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &C
         return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
     }
     let unbatched = cx.rank(x) == wr - 1;
-    let x = if unbatched { crate::ops::shape::unsqueeze_v(cx, x, 0)? } else { x };
+    let x = if unbatched { unsqueeze_v(cx, x, 0)? } else { x };
     if cx.rank(x) != wr {
         return err(format!("convolution input {} does not match weight {}", cx.ty(x), cx.ty(w)));
     }
@@ -125,7 +132,7 @@ pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &C
     };
     let y = cx.convert(y, out_dt)?;
     if unbatched {
-        return crate::ops::shape::squeeze_v(cx, y, Some(&[0]));
+        return squeeze_v(cx, y, Some(&[0]));
     }
     Ok(y)
 }
@@ -206,4 +213,82 @@ pub(super) fn conv_transpose(cx: &mut Ctx) -> R<Vec<Val>> {
     let n = cx.rank(w).saturating_sub(2).max(1);
     let p = conv_params(cx, n, true)?;
     one(conv_v(cx, x, w, b, &p)?)
+}
+
+pub fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dy = cx.t("grad_output")?;
+    let x = cx.t("input")?;
+    let w = cx.t("weight")?;
+    let transposed = cx.bool_or("transposed", false)?;
+    let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
+    let wd = cx.static_dims(w, "convolution weight")?;
+    let xd = cx.static_dims(x, "convolution input")?;
+    let dyd = cx.static_dims(dy, "convolution grad_output")?;
+    let r = wd.len();
+    if r < 3 || xd.len() != r || dyd.len() != r {
+        return err("convolution_backward needs batched input, weight and grad_output of one rank");
+    }
+    let n = r - 2;
+    let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
+    let padding = expand_list(&cx.ints_or("padding", &[0])?, n, "padding")?;
+    let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
+    let groups = cx.int_or("groups", 1)?;
+    for &v in stride.iter().chain(&dilation) {
+        check_window(v, 1, "stride or dilation")?;
+    }
+    for &p in &padding {
+        check_window(p, 0, "padding")?;
+    }
+    if !(1..=MAX_SIZE).contains(&groups) {
+        return err("bad groups");
+    }
+    // A transposed convolution is the adjoint of the convolution with the same weight, so its
+    // gradients are the convolution's with input and output exchanged: the input gradient is
+    // that convolution of the output gradient, the weight gradient that of the convolution
+    // from `grad_output` to `input`. `a` is the convolution's input, `b` its output.
+    let (a, ad, b, bd) = if transposed { (dy, &dyd, x, &xd) } else { (x, &xd, dy, &dyd) };
+    // High padding of the convolution from `a` to `b`: what makes its output exactly `b`'s
+    // size (negative where a transposed convolution's output_padding adds rows no input reaches).
+    let pads: Vec<(i64, i64)> = (0..n)
+        .map(|i| (padding[i], (wd[2 + i] - 1) * dilation[i] + (bd[2 + i] - 1) * stride[i] + 1 - ad[2 + i] - padding[i]))
+        .collect();
+    let ones = vec![1i64; n];
+    let mut outs = vec![Val::None, Val::None, Val::None];
+    for (i, o) in outs.iter_mut().enumerate() {
+        if mask.get(i).copied().unwrap_or(true) && !cx.used(i) {
+            *o = Val::Absent;
+        }
+    }
+    if out_used(cx, &mask, 0) {
+        let gi = if transposed {
+            build_conv(cx, dy, w, conv_attrs(&stride, &pads, &ones, &dilation, groups, 1))?
+        } else {
+            let kernel = flip_kernel(cx, w, groups)?;
+            let tpads: Vec<(i64, i64)> = (0..n)
+                .map(|i| (dilation[i] * (wd[2 + i] - 1) - padding[i], xd[2 + i] - (dyd[2 + i] - 1) * stride[i] - 1 + padding[i]))
+                .collect();
+            build_conv(cx, dy, kernel, conv_attrs(&ones, &tpads, &stride, &dilation, groups, 1))?
+        };
+        if cx.static_dims(gi, "input gradient")? != xd {
+            return err(format!("internal: convolution_backward's input gradient is {}", cx.ty(gi)));
+        }
+        outs[0] = Val::Tensor(gi);
+    }
+    if out_used(cx, &mask, 1) {
+        let mut perm: Vec<i64> = (0..r as i64).collect();
+        perm.swap(0, 1);
+        let lhs = cx.transpose(a, &perm)?;
+        let rhs = cx.transpose(b, &perm)?;
+        let gw = build_conv(cx, lhs, rhs, conv_attrs(&dilation, &pads, &ones, &stride, 1, groups))?;
+        let gw = cx.transpose(gw, &perm)?;
+        if cx.static_dims(gw, "weight gradient")? != wd {
+            return err(format!("internal: convolution_backward's weight gradient is {}", cx.ty(gw)));
+        }
+        outs[1] = Val::Tensor(gw);
+    }
+    if out_used(cx, &mask, 2) {
+        let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
+        outs[2] = Val::Tensor(cx.reduce(dy, ReduceKind::Sum, &dims, false)?);
+    }
+    Ok(outs)
 }

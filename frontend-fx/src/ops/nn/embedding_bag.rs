@@ -20,9 +20,8 @@
 //! With `include_last_offset` the last offset closes the last bag; indices past it (torch
 //! documents it must equal their count) are in no bag.
 
-use super::*;
-use crate::ops::index::{elementwise_scatter, scatter_rows};
-use crate::ops::shape::take_along;
+use crate::ops::build::*;
+use take_along;
 use Opcode as O;
 use tpuc_ir::{Direction, ReduceKind, ScatterKind};
 
@@ -92,7 +91,7 @@ fn bags_from_offsets(cx: &mut Ctx, idx: ValueId, l: i64, offsets: ValueId, close
         let ones = cx.full(Scalar::Int(1), DType::I64, &[Dim::Static(n)])?;
         let marks = scatter_rows(cx, marks, at, ones, ScatterKind::Add)?;
         let marks = cx.b.slice(marks, &[0], &[l], &[1])?;
-        let run = crate::ops::reduce::scan(cx, marks, 0, tpuc_ir::ScanKind::Sum)?;
+        let run = scan(cx, marks, 0, tpuc_ir::ScanKind::Sum)?;
         cx.bin_c(O::Sub, run, 1.0)?
     };
     let zero = cx.full_like(Scalar::Int(0), raw)?;
@@ -291,9 +290,9 @@ fn bag_max(cx: &mut Ctx, rows: ValueId, idx: ValueId, bags: &Bags, sizes: ValueI
     let first = scatter_rows(cx, pinit, bags.bag, pos, ScatterKind::Min)?; // [B, D], L when empty
     let first = clamp(cx, first, l - 1)?;
     // The values and row indices at those positions (taken, so value and index agree).
-    let value = crate::ops::index::gather_along(cx, rows, first, 0)?;
+    let value = gather_along(cx, rows, first, 0)?;
     let ib = rows_of(cx, idx, &rd)?;
-    let row = crate::ops::index::gather_along(cx, ib, first, 0)?;
+    let row = gather_along(cx, ib, first, 0)?;
     let zero = cx.full_like(Scalar::Int(0), sizes)?;
     let empty = cx.cmp(Direction::Eq, sizes, zero)?;
     let eb = rows_of(cx, empty, &bd)?;
@@ -347,7 +346,7 @@ fn bag_weight_grad(
         let fb = rows_of(cx, full, &gd)?;
         let zg = cx.full_like(Scalar::Int(0), g)?;
         let upd = cx.select(fb, g, zg)?;
-        let coords = crate::ops::index::full_coords(cx, mi, 0, 2)?;
+        let coords = full_coords(cx, mi, 0, 2)?;
         let r = elementwise_scatter(cx, zeros, coords, upd, ScatterKind::Add)?;
         return cx.convert(r, out_dt);
     }

@@ -12,9 +12,9 @@
 //! to even. Each corner is one gather over the flattened volume with the batch and channel dims
 //! as the gather's batch dims. 16-bit floats compute in f32 and round once.
 
-use super::*;
+use crate::ops::build::*;
 use crate::dtypes;
-use crate::ops::index::gather_along;
+use gather_along;
 use Opcode as O;
 use tpuc_ir::Direction;
 
@@ -187,7 +187,7 @@ pub(super) fn grid_sampler_3d(cx: &mut Ctx) -> R<Vec<Val>> {
     // Grid component k is x, y, z for k = 0, 1, 2; volume dims are (D, H, W).
     let mut at = Vec::with_capacity(3);
     for k in [2usize, 1, 0] {
-        let comp = crate::ops::shape::slice_static(cx, g, 2, k as i64, k as i64 + 1, 1)?;
+        let comp = slice_static(cx, g, 2, k as i64, k as i64 + 1, 1)?;
         let comp = cx.reshape(comp, vec![Dim::Static(n), Dim::Static(p)])?;
         at.push(source_index(cx, comp, size[2 - k], padding, align_corners)?);
     }

@@ -22,7 +22,7 @@ pub use norm::*;
 pub use pool::*;
 use upsample::*;
 
-use super::*;
+use crate::ops::build::*;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("convolution.default", convolution),
@@ -105,4 +105,17 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("_upsample_bilinear2d_aa_backward.default", upsample_interp_backward),
     ("_upsample_bicubic2d_aa_backward.default", upsample_interp_backward),
     ("grid_sampler_3d.default", grid_sampler_3d),
+    ("convolution_backward.default", convolution_backward),
+    ("max_pool2d_with_indices_backward.default", max_pool_backward),
+    ("max_pool3d_with_indices_backward.default", max_pool_backward),
+    ("avg_pool2d_backward.default", avg_pool_backward),
+    ("avg_pool3d_backward.default", avg_pool_backward),
+    ("_adaptive_avg_pool2d_backward.default", adaptive_avg_pool_backward),
+    ("_adaptive_avg_pool3d_backward.default", adaptive_avg_pool_backward),
+    ("_scaled_dot_product_flash_attention_for_cpu_backward.default", sdpa_flash_cpu_backward),
+    ("native_layer_norm_backward.default", layer_norm_backward),
+    ("native_batch_norm_backward.default", batch_norm_backward),
+    ("embedding_dense_backward.default", embedding_dense_backward),
+    ("nll_loss_backward.default", nll_loss_backward),
+    ("nll_loss2d_backward.default", nll_loss_backward),
 ];

@@ -4,7 +4,7 @@
 //! `y = x * (invstd * w) + (b - mean * invstd * w)`; training statistics are two-pass (mean,
 //! then the biased variance) and running statistics use the unbiased variance.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 use tpuc_ir::ReduceKind;
 
@@ -306,7 +306,7 @@ pub(super) fn rms_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let red: Vec<usize> = (dims.len() - n..dims.len()).collect();
     let xc = cx.convert(x, cd)?;
     let sq = cx.bin(O::Mul, xc, xc)?;
-    let m = crate::ops::reduce::mean_v(cx, sq, &red, true, cd)?;
+    let m = mean_v(cx, sq, &red, true, cd)?;
     let m = cx.bin_c(O::Add, m, eps)?;
     let r = cx.un(O::Rsqrt, m)?;
     let r = cx.broadcast_to(r, &dims)?;
@@ -335,7 +335,7 @@ fn group_norm_v(cx: &mut Ctx, x: ValueId, g: i64, w: Option<ValueId>, b: Option<
     let xc = cx.convert(x, cd)?;
     let rest = dims[2..].iter().fold(Dim::Static(c / g), |a, d| a.mul(d));
     let grouped = cx.reshape(xc, vec![dims[0].clone(), Dim::Static(g), rest])?;
-    let (var, mean) = crate::ops::reduce::var_v(cx, grouped, &[2], 0.0, true)?;
+    let (var, mean) = var_v(cx, grouped, &[2], 0.0, true)?;
     let zero = cx.full_like(Scalar::Float(0.0), var)?;
     let var = cx.bin(O::Max, var, zero)?;
     let rstd = inv_std(cx, var, eps)?;
@@ -394,4 +394,143 @@ pub(super) fn instance_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let c = static_of(cx.dims(x).get(1).ok_or("instance norm needs rank >= 2")?, "channels")?;
     let (y, _, _) = group_norm_v(cx, x, c, w, b, eps)?;
     one(y)
+}
+
+pub fn layer_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dy = cx.t("grad_out")?;
+    let x = cx.t("input")?;
+    let ns = cx.ints("normalized_shape")?;
+    let mean = cx.t("mean")?;
+    let rstd = cx.t("rstd")?;
+    let w = cx.opt_t("weight")?;
+    let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
+    let dims = cx.dims(x);
+    let r = dims.len();
+    let k = ns.len();
+    if k == 0 || k > r {
+        return err("layer_norm backward: normalized_shape does not fit");
+    }
+    let axis = r - k;
+    let inner: Vec<usize> = (axis..r).collect();
+    let outer: Vec<usize> = (0..axis).collect();
+    let dt = cx.dtype(x);
+    let mean = cx.convert(mean, dt)?;
+    let rstd = cx.convert(rstd, dt)?;
+    let mb = cx.broadcast_to(mean, &dims)?;
+    let rb = cx.broadcast_to(rstd, &dims)?;
+    let xm = cx.bin(O::Sub, x, mb)?;
+    let xhat = cx.bin(O::Mul, xm, rb)?;
+    let trailing: Vec<i64> = (axis as i64..r as i64).collect();
+    let g = match w {
+        Some(w) => {
+            let w = cx.convert(w, dt)?;
+            let wb = cx.b.broadcast_in_dim(w, &trailing, dims.clone())?;
+            cx.bin(O::Mul, dy, wb)?
+        }
+        None => dy,
+    };
+    let mut outs = vec![Val::None, Val::None, Val::None];
+    if out_used(cx, &mask, 0) {
+        let n = cx.count(x, &inner, dt)?;
+        let nb = cx.broadcast_to(n, &dims)?;
+        let ng = cx.bin(O::Mul, g, nb)?;
+        let sg = cx.reduce(g, ReduceKind::Sum, &inner, true)?;
+        let sg = cx.broadcast_to(sg, &dims)?;
+        let gx = cx.bin(O::Mul, g, xhat)?;
+        let sgx = cx.reduce(gx, ReduceKind::Sum, &inner, true)?;
+        let sgx = cx.broadcast_to(sgx, &dims)?;
+        let t = cx.bin(O::Sub, ng, sg)?;
+        let xs = cx.bin(O::Mul, xhat, sgx)?;
+        let t = cx.bin(O::Sub, t, xs)?;
+        let rn = cx.bin(O::Div, rb, nb)?;
+        outs[0] = Val::Tensor(cx.bin(O::Mul, rn, t)?);
+    } else if mask.first().copied().unwrap_or(true) {
+        outs[0] = Val::Absent;
+    }
+    if out_used(cx, &mask, 1) && w.is_some() {
+        let p = cx.bin(O::Mul, dy, xhat)?;
+        outs[1] = Val::Tensor(cx.reduce(p, ReduceKind::Sum, &outer, false)?);
+    } else if mask.get(1).copied().unwrap_or(true) {
+        outs[1] = Val::Absent;
+    }
+    if out_used(cx, &mask, 2) {
+        outs[2] = Val::Tensor(cx.reduce(dy, ReduceKind::Sum, &outer, false)?);
+    } else if mask.get(2).copied().unwrap_or(true) {
+        outs[2] = Val::Absent;
+    }
+    Ok(outs)
+}
+
+pub fn batch_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dy = cx.t("grad_out")?;
+    let x = cx.t("input")?;
+    let w = cx.opt_t("weight")?;
+    let train = cx.bool_or("train", true)?;
+    let eps = cx.float_or("eps", 1e-5)?;
+    let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
+    let dims = cx.dims(x);
+    let r = dims.len();
+    if r < 2 {
+        return err("batch norm backward needs rank >= 2");
+    }
+    let red: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
+    let dt = cx.dtype(x);
+    let (mean, invstd) = if train {
+        (cx.t("save_mean")?, cx.t("save_invstd")?)
+    } else {
+        let m = cx.t("running_mean")?;
+        let v = cx.t("running_var")?;
+        let v = cx.bin_c(O::Add, v, eps)?;
+        let s = cx.un(O::Sqrt, v)?;
+        let o = cx.full_like(Scalar::Float(1.0), s)?;
+        (m, cx.bin(O::Div, o, s)?)
+    };
+    let mean = cx.convert(mean, dt)?;
+    let invstd = cx.convert(invstd, dt)?;
+    let chan = |cx: &mut Ctx, v: ValueId| -> R<ValueId> { Ok(cx.b.broadcast_in_dim(v, &[1], dims.clone())?) };
+    let mb = chan(cx, mean)?;
+    let xm = cx.bin(O::Sub, x, mb)?;
+    let sum_dy = cx.reduce(dy, ReduceKind::Sum, &red, false)?;
+    let dyxm = cx.bin(O::Mul, dy, xm)?;
+    let dot = cx.reduce(dyxm, ReduceKind::Sum, &red, false)?;
+    let mut outs = vec![Val::None, Val::None, Val::None];
+    if out_used(cx, &mask, 0) {
+        let wv = match w {
+            Some(w) => cx.convert(w, dt)?,
+            None => cx.full_like(Scalar::Float(1.0), invstd)?,
+        };
+        let scale = cx.bin(O::Mul, invstd, wv)?;
+        let sb = chan(cx, scale)?;
+        let gi = if train {
+            let n = cx.count(x, &red, dt)?;
+            let c = cx.dims(dot);
+            let nb = cx.broadcast_to(n, &c)?;
+            let gm = cx.bin(O::Div, sum_dy, nb)?;
+            let is2 = cx.bin(O::Mul, invstd, invstd)?;
+            let k = cx.bin(O::Mul, dot, is2)?;
+            let k = cx.bin(O::Div, k, nb)?;
+            let kb = chan(cx, k)?;
+            let proj = cx.bin(O::Mul, xm, kb)?;
+            let gmb = chan(cx, gm)?;
+            let t = cx.bin(O::Sub, dy, proj)?;
+            let t = cx.bin(O::Sub, t, gmb)?;
+            cx.bin(O::Mul, t, sb)?
+        } else {
+            cx.bin(O::Mul, dy, sb)?
+        };
+        outs[0] = Val::Tensor(gi);
+    } else if mask.first().copied().unwrap_or(true) {
+        outs[0] = Val::Absent;
+    }
+    if out_used(cx, &mask, 1) {
+        outs[1] = Val::Tensor(cx.bin(O::Mul, dot, invstd)?);
+    } else if mask.get(1).copied().unwrap_or(true) {
+        outs[1] = Val::Absent;
+    }
+    if out_used(cx, &mask, 2) {
+        outs[2] = Val::Tensor(sum_dy);
+    } else if mask.get(2).copied().unwrap_or(true) {
+        outs[2] = Val::Absent;
+    }
+    Ok(outs)
 }

@@ -4,7 +4,9 @@
 //! padding); max pooling pads with -inf, average pooling divides by the per-window count
 //! ATen uses. Index outputs (max-pool indices) are built only when something reads them.
 
-use super::*;
+use super::conv::expand_list;
+use crate::ops::build::*;
+use tpuc_ir::ScatterKind;
 use Opcode as O;
 use tpuc_ir::{AttrEnum, Direction, WindowKind};
 
@@ -447,10 +449,10 @@ fn adaptive_max_uneven(cx: &mut Ctx, x: ValueId, lead: usize, sizes: &[(i64, i64
             nd.splice(d..=d, [Dim::Static(o), Dim::Static(k)]);
             cx.reshape(g, nd)
         };
-        let g = crate::ops::shape::take_along(cx, v, d, t)?;
+        let g = take_along(cx, v, d, t)?;
         v = split(cx, g)?;
         if let Some(p) = idx {
-            let g = crate::ops::shape::take_along(cx, p, d, t)?;
+            let g = take_along(cx, p, d, t)?;
             idx = Some(split(cx, g)?);
         }
         window_dims.push(d + 1);
@@ -471,4 +473,122 @@ fn adaptive_max_uneven(cx: &mut Ctx, x: ValueId, lead: usize, sizes: &[(i64, i64
     let cand = cx.select(hit, p, big)?;
     let i = cx.reduce(cand, ReduceKind::Min, &window_dims, false)?;
     Ok(vec![Val::Tensor(y), Val::Tensor(i)])
+}
+
+/// Scatter-adds the output gradient into the positions the indices name (flat per spatial
+/// block), as the CPU kernel does.
+pub fn max_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let dy = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let idx = cx.t("indices")?;
+    let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
+    let xd = cx.dims(x);
+    let dyd = cx.dims(dy);
+    if xd.len() < nsp + 1 || dyd.len() != xd.len() || cx.dims(idx) != dyd {
+        return err("max_pool backward: shapes of self, grad_output and indices do not fit");
+    }
+    let lead = xd.len() - nsp;
+    let spatial_in = xd[lead..].iter().fold(Dim::Static(1), |a, d| a.mul(d));
+    let spatial_out = dyd[lead..].iter().fold(Dim::Static(1), |a, d| a.mul(d));
+    let mut gshape: Vec<Dim> = xd[..lead].to_vec();
+    gshape.push(spatial_out);
+    let mut zshape: Vec<Dim> = xd[..lead].to_vec();
+    zshape.push(spatial_in);
+    let g = cx.reshape(dy, gshape.clone())?;
+    let i = cx.reshape(idx, gshape.clone())?;
+    let dt = cx.dtype(x);
+    let g = cx.convert(g, dt)?;
+    let z = cx.full(Scalar::Int(0), dt, &zshape)?;
+    // full coordinates: iotas over the leading dims, the index over the flat spatial dim
+    let mut col = gshape.clone();
+    col.push(Dim::Static(1));
+    let mut parts = Vec::new();
+    for j in 0..=lead {
+        let v = if j == lead { cx.convert(i, DType::I64)? } else { cx.iota(DType::I64, &gshape, j)? };
+        parts.push(cx.reshape(v, col.clone())?);
+    }
+    let coords = cx.b.concatenate(&parts, gshape.len() as i64)?;
+    let s = elementwise_scatter(cx, z, coords, g, ScatterKind::Add)?;
+    one(cx.reshape(s, xd)?)
+}
+
+/// The transpose of average pooling: the gradient divided by each window's divisor, dilated
+/// by the stride, padded, and summed over windows of the kernel size.
+pub fn avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
+    let ceil = cx.bool_or("ceil_mode", false)?;
+    let include_pad = cx.bool_or("count_include_pad", true)?;
+    let divisor = cx.opt_int("divisor_override")?;
+    let geo = avg_geometry(cx, x, nsp, ceil)?;
+    if geo.wins.iter().any(|w| w.k - 1 - w.pad < 0) {
+        return err("avg_pool backward: padding larger than the kernel");
+    }
+    let div = avg_divisor(cx, g, &geo, include_pad, divisor)?;
+    let gq = cx.bin(O::Div, g, div)?;
+    let xd = cx.dims(x);
+    let r = xd.len();
+    let dt = cx.dtype(g);
+    let mut lo = vec![0i64; r];
+    let mut hi = vec![0i64; r];
+    let mut interior = vec![0i64; r];
+    let mut wdims = vec![1i64; r];
+    for (i, w) in geo.wins.iter().enumerate() {
+        let a = geo.lead + i;
+        lo[a] = w.k - 1 - w.pad;
+        hi[a] = w.n + w.pad - (w.out - 1) * w.s - 1;
+        interior[a] = w.s - 1;
+        wdims[a] = w.k;
+    }
+    let z = cx.scalar(Scalar::Int(0), dt)?;
+    let padded = cx.b.pad(gq, z, &lo, &hi, &interior)?;
+    let attrs = Attrs::new()
+        .with("kind", WindowKind::Sum.attr())
+        .with("window_dimensions", Attr::Ints(wdims))
+        .with("window_strides", Attr::Ints(vec![1; r]))
+        .with("base_dilations", Attr::Ints(vec![1; r]))
+        .with("window_dilations", Attr::Ints(vec![1; r]))
+        .with("padding", Attr::Ints(vec![0; 2 * r]));
+    let y = cx.b.build1(O::ReduceWindow, &[padded], attrs, None)?;
+    if cx.dims(y) != xd {
+        return err(format!("internal: avg_pool backward produced {}", cx.ty(y)));
+    }
+    one(y)
+}
+
+/// The transpose of adaptive average pooling: along each pooled dim, the transposed averaging
+/// matrix (each output's gradient spread over its window, divided by the window's length;
+/// overlapping windows add up), in f32 for 16-bit floats as the forward.
+pub fn adaptive_avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
+    let g = cx.t("grad_output")?;
+    let x = cx.t("self")?;
+    let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
+    let xd = cx.dims(x);
+    let gd = cx.dims(g);
+    if xd.len() < nsp + 1 || gd.len() != xd.len() || gd[..xd.len() - nsp] != xd[..xd.len() - nsp] {
+        return err(format!("adaptive_avg_pool backward: grad_output {} does not fit self {}", cx.ty(g), cx.ty(x)));
+    }
+    let lead = xd.len() - nsp;
+    let out_dt = cx.dtype(x);
+    let dt = dtypes::compute_dtype(out_dt);
+    let mut y = cx.convert(g, dt)?;
+    for i in (0..nsp).rev() {
+        let n = static_of(&xd[lead + i], "pooled dim")?;
+        let o = static_of(&gd[lead + i], "pooled output dim")?;
+        if o <= 0 || n < 0 {
+            return err(format!("adaptive_avg_pool backward: output size {o} for input size {n}"));
+        }
+        table_size(&[n, o], "adaptive pooling matrix")?;
+        let m = adaptive_matrix(n, o);
+        let mut mt = vec![0.0; m.len()];
+        for r in 0..o as usize {
+            for c in 0..n as usize {
+                mt[c * o as usize + r] = m[r * n as usize + c];
+            }
+        }
+        let mc = cx.const_f(&[n, o], &mt, dt)?;
+        y = apply_along(cx, y, lead + i, mc)?;
+    }
+    one(cx.convert(y, out_dt)?)
 }

@@ -1,8 +1,9 @@
 //! Upsampling: nearest and nearest-exact (a gather per upsampled dim) and linear, bilinear
 //! and trilinear interpolation (an interpolation matrix applied along each upsampled dim).
 
-use crate::ops::shape::take_along;
-use super::*;
+use take_along;
+use super::pool::apply_along;
+use crate::ops::build::*;
 
 /// Output sizes and scale factors of an upsample op over `nsp` trailing dims.
 /// (input sizes, output sizes, scale factors) of the upsampled dims.

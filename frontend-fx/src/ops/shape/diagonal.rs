@@ -5,7 +5,7 @@
 //! column 0): a strided slice. Scattering back pads the source with m zeros between elements
 //! (interior padding) to the same positions and selects it there. Both dims must be static.
 
-use super::*;
+use crate::ops::build::*;
 
 struct Plan {
     /// The operand with the two dims moved last and flattened: `batch ++ [n·m]`.

@@ -21,7 +21,7 @@ pub use repeat::*;
 pub use slicing::*;
 pub use views::*;
 
-use super::*;
+use crate::ops::build::*;
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("view.default", view),
@@ -127,4 +127,6 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("as_strided_copy.default", as_strided),
     ("as_strided_scatter.default", as_strided_scatter),
     ("unfold.default", unfold),
+    ("select_backward.default", select_backward),
+    ("slice_backward.default", slice_backward),
 ];

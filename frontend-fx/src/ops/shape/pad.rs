@@ -1,6 +1,6 @@
 //! Padding: constant padding and the reflect, replicate and circular modes.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 
 /// Torch pad lists go from the last dim backwards: [lo_last, hi_last, lo_prev, hi_prev, ...].

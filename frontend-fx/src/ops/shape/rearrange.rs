@@ -1,7 +1,7 @@
 //! Rearrangements by index: pixel shuffle and unshuffle, `as_strided` of a contiguous tensor
 //! and `unfold` (sliding windows as a new last dim).
 
-use super::*;
+use crate::ops::build::*;
 
 pub(super) fn pixel_shuffle(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
@@ -137,7 +137,7 @@ pub(super) fn as_strided_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let updates = cx.reshape(src, vec![Dim::Static(total)])?;
     let updates = cx.convert(updates, cx.dtype(x))?;
     let coords = cx.const_i64(&[total, 1], &idx)?;
-    let s = crate::ops::index::elementwise_scatter(cx, flat, coords, updates, tpuc_ir::ScatterKind::Replace)?;
+    let s = elementwise_scatter(cx, flat, coords, updates, tpuc_ir::ScatterKind::Replace)?;
     one(cx.reshape(s, dims)?)
 }
 

@@ -1,6 +1,6 @@
 //! Repetition and reordering: repeat, tile, repeat_interleave, flip and roll.
 
-use super::*;
+use crate::ops::build::*;
 use Opcode as O;
 
 /// Tiles `x` by `reps` (len >= rank; leading dims added).

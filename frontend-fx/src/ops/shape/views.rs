@@ -2,7 +2,7 @@
 //! dtype casts, permutations and transposes, movedim, expand, unsqueeze and squeeze, flatten
 //! and unflatten, view_as.
 
-use super::*;
+use crate::ops::build::*;
 
 pub(super) fn identity(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.t("self")?)
@@ -261,29 +261,10 @@ pub(super) fn expand_as(cx: &mut Ctx) -> R<Vec<Val>> {
     one(cx.broadcast_to(x, &d)?)
 }
 
-pub fn unsqueeze_v(cx: &mut Ctx, x: ValueId, d: i64) -> R<ValueId> {
-    let mut dims = cx.dims(x);
-    let d = norm_dim(d, dims.len() + 1)?;
-    dims.insert(d, Dim::Static(1));
-    cx.reshape(x, dims)
-}
-
 pub(super) fn unsqueeze(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let d = cx.int("dim")?;
     one(unsqueeze_v(cx, x, d)?)
-}
-
-/// Removes the listed dims that have size 1 (others stay: squeezing a non-1 dim is a no-op).
-pub fn squeeze_v(cx: &mut Ctx, x: ValueId, which: Option<&[i64]>) -> R<ValueId> {
-    let dims = cx.dims(x);
-    let r = dims.len();
-    let sel: Vec<usize> = match which {
-        None => (0..r).collect(),
-        Some(ds) => ds.iter().map(|&d| norm_dim(d, r)).collect::<R<_>>()?,
-    };
-    let kept: Vec<Dim> = dims.iter().enumerate().filter(|(i, d)| !(sel.contains(i) && d.is_one())).map(|(_, d)| d.clone()).collect();
-    cx.reshape(x, kept)
 }
 
 pub(super) fn squeeze(cx: &mut Ctx) -> R<Vec<Val>> {
