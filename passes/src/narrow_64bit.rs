@@ -23,7 +23,7 @@ use crate::{Pass, PassError};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use tpuc_ir::{Attrs, DType, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueId};
+use tpuc_ir::{Attrs, DType, Module, OpId, Opcode, ReduceKind, Scalar, ScanKind, TensorData, TensorType, ValueId};
 
 #[derive(Default)]
 pub struct Narrow64 {
@@ -220,10 +220,11 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
             } else {
                 x.dims.get(d.attrs.int("dimension")? as usize)?.as_static()? as i128
             };
-            match d.attrs.str("kind")? {
-                "max" | "min" => a,
-                "sum" => (a.0.min(n * a.0), a.1.max(n * a.1)),
-                _ => return None,
+            let kind = if d.opcode() == Reduce { d.attrs.get_enum::<ReduceKind>("kind")? } else { d.attrs.get_enum::<ScanKind>("kind")?.into() };
+            match kind {
+                ReduceKind::Max | ReduceKind::Min => a,
+                ReduceKind::Sum => (a.0.min(n * a.0), a.1.max(n * a.1)),
+                ReduceKind::Prod | ReduceKind::And | ReduceKind::Or => return None,
             }
         }
         _ => return None,

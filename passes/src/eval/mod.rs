@@ -32,7 +32,7 @@ pub use columns::eval_f64s;
 pub use run::run_reference;
 
 use bytes::Bytes;
-use tpuc_ir::{Attrs, DType, Direction, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueId};
+use tpuc_ir::{Attrs, DType, Direction, Module, OpId, Opcode, ReduceKind, Scalar, TensorData, TensorType, ValueId};
 
 /// Folding limit for results computed element by element (splats are always cheap).
 pub const ARITH_LIMIT: i64 = 1 << 16;
@@ -451,9 +451,9 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
         }
         Reduce => {
             let x = args[0];
-            let kind = match (a.str("kind")?, x.ty.dtype == DType::Bool) {
-                ("max" | "sum", true) => "or",
-                ("min" | "prod", true) => "and",
+            let kind = match (a.get_enum::<ReduceKind>("kind")?, x.ty.dtype == DType::Bool) {
+                (ReduceKind::Max | ReduceKind::Sum, true) => ReduceKind::Or,
+                (ReduceKind::Min | ReduceKind::Prod, true) => ReduceKind::And,
                 (k, _) => k,
             };
             let dims = a.ints("dimensions")?;
@@ -464,7 +464,7 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
                 return None;
             }
             // Float sums depend on the order XLA chooses: only fold exact kinds.
-            if dtype.is_float() && matches!(kind, "sum" | "prod") && !cx.reference {
+            if dtype.is_float() && matches!(kind, ReduceKind::Sum | ReduceKind::Prod) && !cx.reference {
                 return None;
             }
             let init = identity(kind, dtype)?;
@@ -492,11 +492,11 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
 
 /// The identity of a reduction `kind` over `dtype`: what an empty reduction gives and what
 /// padding holds.
-fn identity(kind: &str, dtype: DType) -> Option<N> {
+fn identity(kind: ReduceKind, dtype: DType) -> Option<N> {
     let zero = if dtype.is_float() { N::F(0.0) } else { N::I(0) };
     Some(match kind {
-        "sum" | "add" | "or" => zero,
-        "prod" | "mul" => {
+        ReduceKind::Sum | ReduceKind::Or => zero,
+        ReduceKind::Prod => {
             if dtype.is_float() {
                 N::F(1.0)
             } else {
@@ -504,32 +504,30 @@ fn identity(kind: &str, dtype: DType) -> Option<N> {
             }
         }
         // All bits set (true for bool).
-        "and" if dtype == DType::Bool => N::I(1),
-        "and" => N::I(-1),
+        ReduceKind::And if dtype == DType::Bool => N::I(1),
+        ReduceKind::And => N::I(-1),
         // Finite for dtypes without infinities (f8e4m3fn), where -inf would store as NaN.
-        "max" => num(dtype.lowest()),
-        "min" => num(dtype.highest()),
-        _ => return None,
+        ReduceKind::Max => num(dtype.lowest()),
+        ReduceKind::Min => num(dtype.highest()),
     })
 }
 
-/// Combines an accumulator with a value by a reduction or scatter `kind` (the value wins for
-/// `replace`); `None` for a kind the dtype has no meaning for.
-fn combine(kind: &str, dtype: DType, acc: N, v: N) -> Option<N> {
+/// Combines an accumulator with a value by a reduction `kind`; `None` for a kind the dtype
+/// has no meaning for (`and`/`or` on floats).
+fn combine(kind: ReduceKind, dtype: DType, acc: N, v: N) -> Option<N> {
     use Opcode::*;
     let float = dtype.is_float();
     let none = Attrs::new();
     Some(match kind {
-        "sum" | "add" if float => N::F(as_f(acc) + as_f(v)),
-        "sum" | "add" => N::I(as_i(acc).wrapping_add(as_i(v))),
-        "prod" | "mul" if float => N::F(as_f(acc) * as_f(v)),
-        "prod" | "mul" => N::I(as_i(acc).wrapping_mul(as_i(v))),
-        "max" => elementwise(Max, dtype, &none, &[acc, v])?,
-        "min" => elementwise(Min, dtype, &none, &[acc, v])?,
-        "and" if !float => elementwise(And, dtype, &none, &[acc, v])?,
-        "or" if !float => elementwise(Or, dtype, &none, &[acc, v])?,
-        "replace" => v,
-        _ => return None,
+        ReduceKind::Sum if float => N::F(as_f(acc) + as_f(v)),
+        ReduceKind::Sum => N::I(as_i(acc).wrapping_add(as_i(v))),
+        ReduceKind::Prod if float => N::F(as_f(acc) * as_f(v)),
+        ReduceKind::Prod => N::I(as_i(acc).wrapping_mul(as_i(v))),
+        ReduceKind::Max => elementwise(Max, dtype, &none, &[acc, v])?,
+        ReduceKind::Min => elementwise(Min, dtype, &none, &[acc, v])?,
+        ReduceKind::And if !float => elementwise(And, dtype, &none, &[acc, v])?,
+        ReduceKind::Or if !float => elementwise(Or, dtype, &none, &[acc, v])?,
+        ReduceKind::And | ReduceKind::Or => return None,
     })
 }
 

@@ -6,7 +6,7 @@
 
 use super::{as_f, as_i, build, combine, identity, read, rounded, supported, N};
 use std::cmp::Ordering;
-use tpuc_ir::{Attrs, DType, GeluApproximation, Opcode, TensorData, TensorType};
+use tpuc_ir::{ArgReduceKind, Attrs, DType, GeluApproximation, Opcode, ReduceKind, ScanKind, ScatterKind, TensorData, TensorType, WindowKind};
 
 /// A dense value as numbers, row-major.
 struct Arr {
@@ -354,7 +354,7 @@ fn convolution(x: &Arr, w: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorDat
 /// Index of the first max (`argmax`) or min (`argmin`) along `dimension`; NaN wins.
 fn arg_reduce(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
     let d = a.int("dimension")? as usize;
-    let max = a.str("kind")? == "argmax";
+    let max = a.get_enum::<ArgReduceKind>("kind")? == ArgReduceKind::Argmax;
     let rdims = dims_of(rt)?;
     let mut best: Vec<Option<(N, usize)>> = vec![None; rdims.iter().product()];
     for (i, &v) in x.vals.iter().enumerate() {
@@ -389,7 +389,7 @@ fn compare(a: N, b: N) -> Option<Ordering> {
 }
 
 fn reduce_window(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let kind = a.str("kind")?;
+    let kind = ReduceKind::from(a.get_enum::<WindowKind>("kind")?);
     let window = ints(a, "window_dimensions")?;
     let wstrides = a.ints("window_strides")?;
     let base_dil = a.ints("base_dilations")?;
@@ -480,8 +480,7 @@ fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) ->
     let indices_batching = ints(a, "scatter_indices_batching_dims")?;
     let to_operand = ints(a, "scatter_dims_to_operand_dims")?;
     let ivd = a.int("index_vector_dim")? as usize;
-    let kind = a.str("kind")?;
-    combine(kind, x.dtype, identity("sum", x.dtype)?, identity("sum", x.dtype)?)?;
+    let kind = a.get_enum::<ScatterKind>("kind")?.combiner();
     let rank = x.dims.len();
     let mut out = x.vals.clone();
     let scatter_dims: Vec<usize> = (0..updates.dims.len()).filter(|d| !window_dims.contains(d)).collect();
@@ -504,7 +503,10 @@ fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) ->
         if xi.iter().zip(&x.dims).all(|(&v, &s)| v >= 0 && (v as usize) < s) {
             let xu: Vec<usize> = xi.iter().map(|&v| v as usize).collect();
             let o = ravel(&xu, &x.dims);
-            out[o] = rounded(x.dtype, combine(kind, x.dtype, out[o], u)?);
+            out[o] = match kind {
+                None => rounded(x.dtype, u),
+                Some(k) => rounded(x.dtype, combine(k, x.dtype, out[o], u)?),
+            };
         }
     }
     build(rt, out, false)
@@ -512,7 +514,7 @@ fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) ->
 
 fn scan(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
     let d = a.int("dimension")? as usize;
-    let kind = a.str("kind")?;
+    let kind = ReduceKind::from(a.get_enum::<ScanKind>("kind")?);
     let step = x.strides[d];
     let mut out = x.vals.clone();
     for i in 0..out.len() {
