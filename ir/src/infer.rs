@@ -11,6 +11,7 @@
 //! checks it is exhaustive; split, a new opcode's rule could be missed.
 
 use crate::attr::{Attr, Attrs};
+use crate::dims::{GatherDims, ScatterDims};
 use crate::dtype::DType;
 use crate::enums::FftType;
 use crate::opcode::{AttrKind, Opcode};
@@ -509,10 +510,8 @@ fn infer(
             if !ops[1].dtype.is_int() {
                 return fail("scatter indices must be integers");
             }
-            let uwd = ints(attrs, "update_window_dims")?;
-            let iwd = ints(attrs, "inserted_window_dims")?;
-            let ibd = ints(attrs, "input_batching_dims")?;
-            if uwd.len() + iwd.len() + ibd.len() != ops[0].rank() {
+            let sd = ScatterDims::of(attrs).ok_or("scatter's dimension numbers are incomplete")?;
+            if sd.update_window_dims.len() + sd.inserted_window_dims.len() + sd.input_batching_dims.len() != ops[0].rank() {
                 return fail("update_window_dims + inserted_window_dims + input_batching_dims must cover the operand rank");
             }
             one(ops[0].clone())
@@ -847,13 +846,10 @@ fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorTy
 }
 
 fn infer_gather(operand: &TensorType, idx: &TensorType, attrs: &Attrs) -> RuleResult<TensorType> {
-    let offset_dims = ints(attrs, "offset_dims")?;
-    let collapsed = ints(attrs, "collapsed_slice_dims")?;
-    let obatch = ints(attrs, "operand_batching_dims")?;
-    let ibatch = ints(attrs, "start_indices_batching_dims")?;
-    let sim = ints(attrs, "start_index_map")?;
-    let ivd = int(attrs, "index_vector_dim")?;
-    let sizes = ints(attrs, "slice_sizes")?;
+    let g = GatherDims::of(attrs).ok_or("gather's dimension numbers are incomplete")?;
+    let (offset_dims, collapsed, obatch, ibatch, sim, sizes) =
+        (&g.offset_dims, &g.collapsed_slice_dims, &g.operand_batching_dims, &g.start_indices_batching_dims, &g.start_index_map, &g.slice_sizes);
+    let ivd = g.index_vector_dim;
     if !idx.dtype.is_int() {
         return fail(format!("gather indices must be integers, got {idx}"));
     }

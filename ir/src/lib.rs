@@ -9,6 +9,7 @@
 //! The crate knows nothing of PyTorch, StableHLO or PJRT.
 
 pub mod attr;
+pub mod dims;
 pub mod dtype;
 pub mod entity;
 pub mod enums;
@@ -24,6 +25,7 @@ pub mod types;
 pub mod verify;
 
 pub use attr::{Attr, Attrs, Scalar, TensorData};
+pub use dims::{GatherDims, ScatterDims};
 pub use dtype::DType;
 pub use entity::{EntityId, PrimaryMap, SecondaryMap};
 pub use enums::{

@@ -13,7 +13,7 @@
 use unsqueeze_v;
 use crate::ops::build::*;
 use Opcode as O;
-use tpuc_ir::{AttrEnum, Direction, ScatterKind};
+use tpuc_ir::{Direction, ScatterKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("gather.default", gather),
@@ -343,15 +343,15 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
     }
     let upd = cx.broadcast_to(values, &out_shape)?;
     let pos: Vec<i64> = ai.pos.iter().map(|&p| p as i64).collect();
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(win))
-        .with("inserted_window_dims", Attr::Ints(pos.clone()))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(pos))
-        .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
-        .with("kind", if accumulate { ScatterKind::Add } else { ScatterKind::Replace }.attr());
-    one(cx.b.build1(O::Scatter, &[x, ai.coords, upd], attrs, None)?)
+    let dims = ScatterDims {
+        update_window_dims: win,
+        inserted_window_dims: pos.clone(),
+        scatter_dims_to_operand_dims: pos,
+        index_vector_dim: ai.bshape.len() as i64,
+        ..ScatterDims::default()
+    };
+    let kind = if accumulate { ScatterKind::Add } else { ScatterKind::Replace };
+    one(cx.b.scatter(x, ai.coords, upd, dims, kind)?)
 }
 
 fn index_add(cx: &mut Ctx) -> R<Vec<Val>> {

@@ -9,7 +9,7 @@
 
 use crate::ops::build::*;
 use Opcode as O;
-use tpuc_ir::{ArgReduceKind, AttrEnum, Direction, ReduceKind, ScanKind, ScatterKind};
+use tpuc_ir::{ArgReduceKind, Direction, ReduceKind, ScanKind, ScatterKind};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("segment_reduce.default", segment_reduce),
@@ -739,15 +739,13 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
     col.push(Dim::Static(1));
     let coords = cx.reshape(pos, col)?;
     let init = cx.full(Scalar::Int(0), dt, &[Dim::Static(bins)])?;
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(vec![]))
-        .with("inserted_window_dims", Attr::Ints(vec![0]))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
-        .with("index_vector_dim", Attr::Int(1))
-        .with("kind", ScatterKind::Add.attr());
-    one(cx.b.build1(O::Scatter, &[init, coords, upd], attrs, None)?)
+    let dims = ScatterDims {
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+        ..ScatterDims::default()
+    };
+    one(cx.b.scatter(init, coords, upd, dims, ScatterKind::Add)?)
 }
 
 pub fn softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {

@@ -2,6 +2,8 @@
 //! result types through the op table's shape rules.
 
 use super::*;
+use crate::dims::{GatherDims, ScatterDims};
+use crate::enums::ScatterKind;
 
 /// Appends ops at the end of a block, with a current provenance. The convenience methods infer
 /// result types through the op table's shape rules and return an error naming the op when a
@@ -53,6 +55,16 @@ impl<'m> Builder<'m> {
 
     pub fn binary(&mut self, opcode: Opcode, x: ValueId, y: ValueId) -> Result<ValueId, IrError> {
         self.build1(opcode, &[x, y], Attrs::new(), None)
+    }
+
+    /// `gather` of `x` at `indices` by its dimension numbers.
+    pub fn gather(&mut self, x: ValueId, indices: ValueId, dims: GatherDims) -> Result<ValueId, IrError> {
+        self.build1(Opcode::Gather, &[x, indices], dims.attrs(), None)
+    }
+
+    /// `scatter` of `updates` into `x` at `indices`, combined by `kind`.
+    pub fn scatter(&mut self, x: ValueId, indices: ValueId, updates: ValueId, dims: ScatterDims, kind: ScatterKind) -> Result<ValueId, IrError> {
+        self.build1(Opcode::Scatter, &[x, indices, updates], dims.attrs(kind), None)
     }
 
     pub fn compare(&mut self, direction: Direction, x: ValueId, y: ValueId) -> Result<ValueId, IrError> {

@@ -6,7 +6,7 @@
 
 use super::{as_f, as_i, build, combine, identity, read, rounded, supported, N};
 use std::cmp::Ordering;
-use tpuc_ir::{ArgReduceKind, Attrs, DType, GeluApproximation, Opcode, ReduceKind, ScanKind, ScatterKind, TensorData, TensorType, WindowKind};
+use tpuc_ir::{ArgReduceKind, Attrs, DType, GatherDims, GeluApproximation, Opcode, ReduceKind, ScanKind, ScatterDims, ScatterKind, TensorData, TensorType, WindowKind};
 
 /// A dense value as numbers, row-major.
 struct Arr {
@@ -64,7 +64,11 @@ fn dims_of(t: &TensorType) -> Option<Vec<usize>> {
 }
 
 fn ints(a: &Attrs, name: &str) -> Option<Vec<usize>> {
-    a.ints(name)?.iter().map(|&v| usize::try_from(v).ok()).collect()
+    usizes(a.ints(name)?)
+}
+
+fn usizes(v: &[i64]) -> Option<Vec<usize>> {
+    v.iter().map(|&v| usize::try_from(v).ok()).collect()
 }
 
 fn float_result(rt: &TensorType, vals: Vec<f64>) -> Option<TensorData> {
@@ -438,13 +442,14 @@ fn index_vector(indices: &Arr, batch: &[usize], index_vector_dim: usize) -> Vec<
 }
 
 fn gather(x: &Arr, indices: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let offset_dims = ints(a, "offset_dims")?;
-    let collapsed = ints(a, "collapsed_slice_dims")?;
-    let operand_batching = ints(a, "operand_batching_dims")?;
-    let indices_batching = ints(a, "start_indices_batching_dims")?;
-    let start_index_map = ints(a, "start_index_map")?;
-    let ivd = a.int("index_vector_dim")? as usize;
-    let sizes = a.ints("slice_sizes")?;
+    let g = GatherDims::of(a)?;
+    let offset_dims = usizes(&g.offset_dims)?;
+    let collapsed = usizes(&g.collapsed_slice_dims)?;
+    let operand_batching = usizes(&g.operand_batching_dims)?;
+    let indices_batching = usizes(&g.start_indices_batching_dims)?;
+    let start_index_map = usizes(&g.start_index_map)?;
+    let ivd = usize::try_from(g.index_vector_dim).ok()?;
+    let sizes = g.slice_sizes;
     let rdims = dims_of(rt)?;
     let rank = x.dims.len();
     let batch_dims: Vec<usize> = (0..rdims.len()).filter(|d| !offset_dims.contains(d)).collect();
@@ -474,12 +479,13 @@ fn gather(x: &Arr, indices: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorDa
 }
 
 fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let window_dims = ints(a, "update_window_dims")?;
-    let inserted = ints(a, "inserted_window_dims")?;
-    let input_batching = ints(a, "input_batching_dims")?;
-    let indices_batching = ints(a, "scatter_indices_batching_dims")?;
-    let to_operand = ints(a, "scatter_dims_to_operand_dims")?;
-    let ivd = a.int("index_vector_dim")? as usize;
+    let sd = ScatterDims::of(a)?;
+    let window_dims = usizes(&sd.update_window_dims)?;
+    let inserted = usizes(&sd.inserted_window_dims)?;
+    let input_batching = usizes(&sd.input_batching_dims)?;
+    let indices_batching = usizes(&sd.scatter_indices_batching_dims)?;
+    let to_operand = usizes(&sd.scatter_dims_to_operand_dims)?;
+    let ivd = usize::try_from(sd.index_vector_dim).ok()?;
     let kind = a.get_enum::<ScatterKind>("kind")?.combiner();
     let rank = x.dims.len();
     let mut out = x.vals.clone();

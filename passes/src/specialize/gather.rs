@@ -4,7 +4,7 @@
 use super::masks::Fill;
 use super::ops::Step;
 use super::{Sp, R};
-use tpuc_ir::{DimLayout, Layout, OpId, ValueId};
+use tpuc_ir::{DimLayout, GatherDims, Layout, OpId, ScatterDims, ValueId};
 
 impl Sp<'_> {
     /// Padded dims indexed, taken whole, batch dims of the indices, or batch dims laid out
@@ -23,11 +23,10 @@ impl Sp<'_> {
 
     fn gather_layout(&self, op: OpId, lays: &[Layout]) -> R<Layout> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let ints = |n: &str| a.ints(n).unwrap_or(&[]).to_vec();
+        let g = GatherDims::of(&d.attrs).ok_or_else(|| self.fail("a gather without its dimension numbers"))?;
         let (offset, collapsed, obatch, start_map, sizes) =
-            (ints("offset_dims"), ints("collapsed_slice_dims"), ints("operand_batching_dims"), ints("start_index_map"), ints("slice_sizes"));
-        let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
+            (&g.offset_dims, &g.collapsed_slice_dims, &g.operand_batching_dims, &g.start_index_map, &g.slice_sizes);
+        let ivd = g.index_vector_dim as usize;
         let op_shape = self.spec_type(&self.old.values[d.operands()[0]].ty)?.static_dims().unwrap_or_default();
         let out_rank = self.old.values[d.results()[0]].ty.rank();
         if lays[1].get(ivd).is_some_and(|x| !x.is_exact()) {
@@ -59,9 +58,9 @@ impl Sp<'_> {
     /// [`Sp::pair_dims`]); both layouts are the agreed one after.
     fn pair_batch_dims(&mut self, op: OpId, ins: &mut [ValueId], lays: &mut [Layout]) -> R<()> {
         let d = &self.old.ops[op];
-        let ints = |n: &str| d.attrs.ints(n).unwrap_or(&[]).to_vec();
+        let g = GatherDims::of(&d.attrs).ok_or_else(|| self.fail("a gather without its dimension numbers"))?;
         let index = d.operands()[1];
-        for (o, i) in ints("operand_batching_dims").into_iter().zip(ints("start_indices_batching_dims")) {
+        for (o, i) in g.operand_batching_dims.into_iter().zip(g.start_indices_batching_dims) {
             let (o, i) = (o as usize, i as usize);
             let (agreed, _) = self.pair_dims(ins, lays, [o, i], index)?;
             lays[0][o] = agreed.clone();
@@ -75,10 +74,9 @@ impl Sp<'_> {
     /// lands in the operand's padding.
     fn scatter_indices(&mut self, op: OpId, ins: &[ValueId], lays: &[Layout]) -> R<ValueId> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let ints = |n: &str| a.ints(n).unwrap_or(&[]).to_vec();
-        let (window, inserted, obatch) = (ints("update_window_dims"), ints("inserted_window_dims"), ints("input_batching_dims"));
-        let ivd = a.int("index_vector_dim").unwrap_or(0) as usize;
+        let sd = ScatterDims::of(&d.attrs).ok_or_else(|| self.fail("a scatter without its dimension numbers"))?;
+        let (window, inserted, obatch) = (&sd.update_window_dims, &sd.inserted_window_dims, &sd.input_batching_dims);
+        let ivd = sd.index_vector_dim as usize;
         if !obatch.is_empty() && lays.iter().any(|l| l.iter().any(|x| !x.is_exact())) {
             return Err(self.fail("batched scatter with padded dims"));
         }

@@ -4,7 +4,7 @@
 
 use super::{Sp, R};
 use tpuc_ir::{
-    Attr, Attrs, Builder, DType, Dim, DimLayout, Direction, Factor, Layout, OpId, Opcode, Scalar, SymExpr, TensorType, ValueId,
+    Builder, DType, Dim, DimLayout, Direction, Factor, GatherDims, Layout, OpId, Opcode, Scalar, SymExpr, TensorType, ValueId,
 };
 
 /// What [`Sp::mask`] writes into the padding: a constant, or a scalar value (a `pad`'s).
@@ -148,14 +148,15 @@ impl Sp<'_> {
         let r = shape.len() as i64;
         let mut sizes = shape.clone();
         sizes[dim] = 1;
-        let attrs = Attrs::new()
-            .with("offset_dims", Attr::Ints((0..r).filter(|&i| i != dim as i64).collect()))
-            .with("collapsed_slice_dims", Attr::Ints(vec![dim as i64]))
-            .with("operand_batching_dims", Attr::Ints(vec![]))
-            .with("start_indices_batching_dims", Attr::Ints(vec![]))
-            .with("start_index_map", Attr::Ints(vec![dim as i64]))
-            .with("index_vector_dim", Attr::Int(1))
-            .with("slice_sizes", Attr::Ints(sizes));
+        let attrs = GatherDims {
+            offset_dims: (0..r).filter(|&i| i != dim as i64).collect(),
+            collapsed_slice_dims: vec![dim as i64],
+            start_index_map: vec![dim as i64],
+            index_vector_dim: 1,
+            slice_sizes: sizes,
+            ..GatherDims::default()
+        }
+        .attrs();
         let mut out = shape;
         out[dim] = p;
         let ty = TensorType::from_static(self.new.values[x].ty.dtype, &out);

@@ -7,7 +7,7 @@ pub use crate::dtypes::{self, Participant};
 pub use crate::schema::{self, Arg, ArgValue, Node, SymIntArg};
 use std::collections::HashMap;
 pub use tpuc_ir::{infer, Attr, Attrs, Builder, DType, Dim, IrError, Opcode, Scalar, SymExpr, TensorData, TensorType, ValueId};
-pub use tpuc_ir::{AttrEnum, Direction, ReduceKind};
+pub use tpuc_ir::{AttrEnum, Direction, GatherDims, ReduceKind, ScatterDims};
 
 pub use crate::meta::MAX_SIZE;
 /// Largest window parameter (kernel extent, stride, dilation, padding) accepted (2^20).

@@ -25,31 +25,23 @@ pub fn gather_along(cx: &mut Ctx, x: ValueId, idx: ValueId, dim: usize) -> R<Val
     let batch: Vec<i64> = (0..r).filter(|&j| j != dim && xd[j] == id[j]).map(|j| j as i64).collect();
     let indexed: Vec<i64> = (0..r as i64).filter(|j| !batch.contains(j)).collect();
     let coords = coords(cx, idx, dim, &indexed)?;
-    let attrs = Attrs::new()
-        .with("offset_dims", Attr::Ints(vec![]))
-        .with("collapsed_slice_dims", Attr::Ints(indexed.clone()))
-        .with("operand_batching_dims", Attr::Ints(batch.clone()))
-        .with("start_indices_batching_dims", Attr::Ints(batch))
-        .with("start_index_map", Attr::Ints(indexed))
-        .with("index_vector_dim", Attr::Int(r as i64))
-        .with("slice_sizes", Attr::Ints(vec![1; r]));
-    Ok(cx.b.build1(O::Gather, &[x, coords], attrs, None)?)
+    let dims = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: indexed.clone(),
+        operand_batching_dims: batch.clone(),
+        start_indices_batching_dims: batch,
+        start_index_map: indexed,
+        index_vector_dim: r as i64,
+        slice_sizes: vec![1; r],
+    };
+    Ok(cx.b.gather(x, coords, dims)?)
 }
 
 /// Scatters `updates` into `x` one element per point: `coords` is `updates`' shape with a last
 /// dim of `rank(x)` full coordinates (every operand dim inserted, no window).
 pub fn elementwise_scatter(cx: &mut Ctx, x: ValueId, coords: ValueId, updates: ValueId, kind: ScatterKind) -> R<ValueId> {
-    let r = cx.rank(x) as i64;
-    let all: Vec<i64> = (0..r).collect();
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(vec![]))
-        .with("inserted_window_dims", Attr::Ints(all.clone()))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(all))
-        .with("index_vector_dim", Attr::Int(r))
-        .with("kind", kind.attr());
-    Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
+    let dims = ScatterDims::points(cx.rank(x));
+    Ok(cx.b.scatter(x, coords, updates, dims, kind)?)
 }
 
 /// `x` [N, rest...] with the rows of `updates` [*I, rest...] combined by `kind` into the rows
@@ -60,15 +52,14 @@ pub fn scatter_rows(cx: &mut Ctx, x: ValueId, idx: ValueId, updates: ValueId, ki
     let mut col = cx.dims(idx);
     col.push(Dim::Static(1));
     let coords = cx.reshape(idx, col)?;
-    let attrs = Attrs::new()
-        .with("update_window_dims", Attr::Ints(window))
-        .with("inserted_window_dims", Attr::Ints(vec![0]))
-        .with("input_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_indices_batching_dims", Attr::Ints(vec![]))
-        .with("scatter_dims_to_operand_dims", Attr::Ints(vec![0]))
-        .with("index_vector_dim", Attr::Int(nb))
-        .with("kind", kind.attr());
-    Ok(cx.b.build1(O::Scatter, &[x, coords, updates], attrs, None)?)
+    let dims = ScatterDims {
+        update_window_dims: window,
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: nb,
+        ..ScatterDims::default()
+    };
+    Ok(cx.b.scatter(x, coords, updates, dims, kind)?)
 }
 
 /// `x` at the coordinates `coords` [rows, k] of its dims `at..at + k`, the rows in their place
@@ -284,13 +275,13 @@ pub fn gather_adv(cx: &mut Ctx, x: ValueId, ai: &AdvIndex) -> R<ValueId> {
     let slice_sizes: Vec<i64> =
         dims.iter().enumerate().map(|(i, d)| if ai.pos.contains(&i) { 1 } else { d.as_static().unwrap_or(-1) }).collect();
     let pos: Vec<i64> = ai.pos.iter().map(|&p| p as i64).collect();
-    let attrs = Attrs::new()
-        .with("offset_dims", Attr::Ints(window_positions(r, ai)))
-        .with("collapsed_slice_dims", Attr::Ints(pos.clone()))
-        .with("operand_batching_dims", Attr::Ints(vec![]))
-        .with("start_indices_batching_dims", Attr::Ints(vec![]))
-        .with("start_index_map", Attr::Ints(pos))
-        .with("index_vector_dim", Attr::Int(ai.bshape.len() as i64))
-        .with("slice_sizes", Attr::Ints(slice_sizes));
-    Ok(cx.b.build1(O::Gather, &[x, ai.coords], attrs, None)?)
+    let dims = GatherDims {
+        offset_dims: window_positions(r, ai),
+        collapsed_slice_dims: pos.clone(),
+        start_index_map: pos,
+        index_vector_dim: ai.bshape.len() as i64,
+        slice_sizes,
+        ..GatherDims::default()
+    };
+    Ok(cx.b.gather(x, ai.coords, dims)?)
 }

@@ -61,16 +61,15 @@ pub fn take_along(cx: &mut Ctx, x: ValueId, dim: usize, idx: ValueId) -> R<Value
     let ib = n.len() as i64; // index batch rank
     // output: dims before `dim`, index dims, dims after
     let offset_dims: Vec<i64> = (0..r as i64 - 1).map(|i| if i < dim as i64 { i } else { i + ib }).collect();
-    let attrs = Attrs::new()
-        .with("offset_dims", Attr::Ints(offset_dims))
-        .with("collapsed_slice_dims", Attr::Ints(vec![dim as i64]))
-        .with("operand_batching_dims", Attr::Ints(vec![]))
-        .with("start_indices_batching_dims", Attr::Ints(vec![]))
-        .with("start_index_map", Attr::Ints(vec![dim as i64]))
-        .with("index_vector_dim", Attr::Int(ib))
-        .with("slice_sizes", Attr::Ints(slice_sizes));
-    let g = cx.b.build1(O::Gather, &[x, idx2], attrs, None)?;
-    Ok(g)
+    let dims = GatherDims {
+        offset_dims,
+        collapsed_slice_dims: vec![dim as i64],
+        start_index_map: vec![dim as i64],
+        index_vector_dim: ib,
+        slice_sizes,
+        ..GatherDims::default()
+    };
+    Ok(cx.b.gather(x, idx2, dims)?)
 }
 
 /// A slice along `dim` with ATen's `slice.Tensor` semantics (None, negative and out-of-range
