@@ -8,7 +8,7 @@
 
 use crate::emitter::{Emitter, Ty, V};
 use crate::literal::Lit;
-use crate::reduce::enum_attr;
+use crate::attrs::{enum_attr, int, str};
 use crate::EmitError;
 use std::fmt::Write;
 use tpuc_ir::{Attrs, Opcode, ReduceKind};
@@ -77,18 +77,18 @@ impl Emitter<'_> {
     /// `all_reduce`, `all_gather`, `reduce_scatter` and `all_to_all` (IR and StableHLO share
     /// the names); an `average` divides the reduction by the group's size.
     pub fn collective(&mut self, opcode: Opcode, x: V, tx: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
-        let group = a.str("group").unwrap_or("0");
+        let group = str(a, "group");
         let size = a.int("group_size");
         let groups = self.replica_groups(group, size)?;
-        let dim = a.int("dimension").unwrap_or(0);
         let (body, attrs) = match opcode {
             Opcode::AllReduce => (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), String::new()),
             Opcode::ReduceScatter => {
+                let dim = int(a, "dimension");
                 (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), format!("scatter_dimension = {dim} : i64, "))
             }
-            Opcode::AllGather => (None, format!("all_gather_dim = {dim} : i64, ")),
+            Opcode::AllGather => (None, format!("all_gather_dim = {} : i64, ", int(a, "dimension"))),
             _ => {
-                let n = size.unwrap_or(1);
+                let (dim, n) = (int(a, "dimension"), int(a, "group_size"));
                 (None, format!("split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, "))
             }
         };
@@ -106,10 +106,10 @@ impl Emitter<'_> {
     /// The value of the group's rank `source` on every rank: everyone's value gathered along a
     /// new leading dim, then `source`'s row taken (exact, no arithmetic).
     pub fn collective_broadcast(&mut self, x: V, tx: &Ty, a: &Attrs) -> Result<V, EmitError> {
-        let group = a.str("group").unwrap_or("0");
+        let group = str(a, "group");
         let groups = self.replica_groups(group, None)?;
         let n = groups[0].len() as i64;
-        let src = a.int("source").unwrap_or(0);
+        let src = int(a, "source");
         if !(0..n).contains(&src) {
             return Err(self.unsupported(format!("broadcast from rank {src} of a group of {n}")));
         }

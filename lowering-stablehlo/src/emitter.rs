@@ -532,10 +532,9 @@ impl<'m> Emitter<'m> {
     }
 
     /// The body of a `#stablehlo.gather<...>` / `#stablehlo.scatter<...>` attribute: each
-    /// non-empty list of `names` as `name = [..]`, then `index_vector_dim = N`.
-    pub fn dimension_numbers(&mut self, a: &tpuc_ir::Attrs, names: &[&str]) {
-        for name in names {
-            let v = a.ints(name).unwrap_or(&[]);
+    /// non-empty list as `name = [..]`, then `index_vector_dim = N`.
+    pub fn dimension_numbers(&mut self, lists: &[(&str, &[i64])], index_vector_dim: i64) {
+        for &(name, v) in lists {
             if !v.is_empty() {
                 self.out.push_str(name);
                 self.out.push_str(" = ");
@@ -543,7 +542,7 @@ impl<'m> Emitter<'m> {
                 self.out.push_str(", ");
             }
         }
-        let _ = write!(self.out, "index_vector_dim = {}", a.int("index_vector_dim").unwrap_or(0));
+        let _ = write!(self.out, "index_vector_dim = {index_vector_dim}");
     }
 
     /// `array<i64: 1, 2>`

@@ -2,7 +2,7 @@
 //! region-carrying ops go to [`crate::reduce`], high-level ops to [`crate::expand`].
 
 use crate::emitter::{Emitter, Ty, V};
-use crate::reduce::enum_attr;
+use crate::attrs::{bool, enum_attr, float, gather_dims, int, ints};
 use crate::literal::Lit;
 use crate::EmitError;
 use smallvec::{smallvec, SmallVec};
@@ -11,13 +11,6 @@ use tpuc_ir::{ArgReduceKind, Attrs, DType, Direction, FftType, GeluApproximation
 
 type Results = SmallVec<[V; 3]>;
 
-fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
-    a.ints(name).unwrap_or(&[])
-}
-
-fn int(a: &Attrs, name: &str) -> i64 {
-    a.int(name).unwrap_or(0)
-}
 
 /// `default` → `DEFAULT`, ...
 fn precision(a: &Attrs) -> Option<&'static str> {
@@ -92,15 +85,15 @@ impl Emitter<'_> {
             IsFinite => smallvec![self.unary_to("is_finite", xs[0], &ts[0], &rt)],
             Convert => smallvec![self.convert(xs[0], &ts[0], rt.dt)],
             Erf => smallvec![self.erf(xs[0], &rt)?],
-            Cholesky => smallvec![self.cholesky(xs[0], a.bool("lower").unwrap_or(true), &rt)],
+            Cholesky => smallvec![self.cholesky(xs[0], bool(a, "lower"), &rt)],
             TriangularSolve => smallvec![self.triangular_solve(
                 xs[0],
                 xs[1],
                 [
-                    a.bool("left_side").unwrap_or(true),
-                    a.bool("lower").unwrap_or(true),
-                    a.bool("unit_diagonal").unwrap_or(false),
-                    a.bool("transpose_a").unwrap_or(false),
+                    bool(a, "left_side"),
+                    bool(a, "lower"),
+                    bool(a, "unit_diagonal"),
+                    bool(a, "transpose_a"),
                 ],
                 &ts[0],
                 &rt,
@@ -117,7 +110,7 @@ impl Emitter<'_> {
             Eigh => {
                 let t1 = self.ty_of(d.results()[1]);
                 // lower, sort_eigenvalues, max sweeps, tolerance (XLA's Jacobi defaults).
-                let lower = a.bool("lower").unwrap_or(true);
+                let lower = bool(a, "lower");
                 let cfg = format!("{},1,100,1e-6", u8::from(lower));
                 let n = self.custom_call("Eigh", &xs, &ts, &[&rt, &t1], Some(&cfg));
                 smallvec![V::Res(n, 0), V::Res(n, 1)]
@@ -260,7 +253,7 @@ impl Emitter<'_> {
                     xs[0],
                     &ts[0],
                     int(a, "dimension"),
-                    a.bool("descending").unwrap_or(false),
+                    bool(a, "descending"),
                 )?;
                 smallvec![v, i]
             }
@@ -270,19 +263,19 @@ impl Emitter<'_> {
             LogSoftmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), true)],
             Gelu => smallvec![self.gelu(xs[0], &rt, enum_attr::<GeluApproximation>(a, "approximate") == GeluApproximation::Tanh)?],
             LayerNorm => {
-                let eps = a.float("epsilon").unwrap_or(1e-5);
+                let eps = float(a, "epsilon");
                 let (y, mean, rstd) =
                     self.layer_norm(xs[0], &rt, int(a, "normalized_rank") as usize, eps)?;
                 smallvec![y, mean, rstd]
             }
             Attention => {
                 let mask = (xs.len() > 3).then(|| (xs[3], ts[3].clone()));
-                let scale = a.float("scale").unwrap_or(1.0);
+                let scale = float(a, "scale");
                 smallvec![self.attention(
                     (xs[0], xs[1], xs[2]),
                     (&ts[0], &ts[1], &ts[2]),
                     mask,
-                    (scale, a.bool("is_causal").unwrap_or(false)),
+                    (scale, bool(a, "is_causal")),
                     precision(a),
                 )?]
             }
@@ -412,12 +405,10 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(idx);
         self.s(") <{dimension_numbers = #stablehlo.gather<");
-        self.dimension_numbers(
-            a,
-            &["offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"],
-        );
+        let g = gather_dims(a);
+        self.dimension_numbers(&g.lists(), g.index_vector_dim);
         self.s(">, indices_are_sorted = false, slice_sizes = ");
-        self.array_i64(ints(a, "slice_sizes"));
+        self.array_i64(&g.slice_sizes);
         self.s("}> : ");
         self.fn_ty(&[tx, ti], rt);
         self.end();

@@ -7,10 +7,11 @@
 
 use crate::emitter::{Emitter, Ty, V};
 use crate::literal::Lit;
+use crate::attrs::{enum_attr, ints, scatter_dims};
 use crate::EmitError;
 use smallvec::SmallVec;
 use std::fmt::Write;
-use tpuc_ir::{AttrEnum, Attrs, DType, ReduceKind, ScatterKind, WindowKind};
+use tpuc_ir::{Attrs, DType, ReduceKind, ScatterKind, WindowKind};
 
 /// The combining op and its identity for a reduction `kind` on `dt`; `None` where the kind
 /// has no meaning for the type (max of complex numbers, `and` of floats).
@@ -35,14 +36,6 @@ pub(crate) fn combiner(kind: ReduceKind, dt: DType) -> Option<(&'static str, Lit
     }
 }
 
-/// An enum-valued attribute the op table requires (the verifier checked its word).
-pub(crate) fn enum_attr<E: AttrEnum>(a: &Attrs, name: &str) -> E {
-    a.get_enum(name).expect("verified module: enum attribute present and valid")
-}
-
-fn ints<'a>(a: &'a Attrs, name: &str) -> &'a [i64] {
-    a.ints(name).unwrap_or(&[])
-}
 
 impl Emitter<'_> {
     pub(crate) fn combiner_or_err(&self, kind: ReduceKind, dt: DType) -> Result<(&'static str, Lit), EmitError> {
@@ -285,16 +278,8 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(upd);
         self.s(") <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<");
-        self.dimension_numbers(
-            a,
-            &[
-                "update_window_dims",
-                "inserted_window_dims",
-                "input_batching_dims",
-                "scatter_indices_batching_dims",
-                "scatter_dims_to_operand_dims",
-            ],
-        );
+        let sd = scatter_dims(a);
+        self.dimension_numbers(&sd.lists(), sd.index_vector_dim);
         self.s(">, unique_indices = false}> ");
         let args = self.region_begin(&[&s, &s]);
         let c = match body {
