@@ -216,15 +216,19 @@ fn linspace(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("linspace steps {steps} out of range"));
     }
     let dt = cx.opt_dtype("dtype")?.unwrap_or(dtypes::DEFAULT_FLOAT);
-    let vals: Vec<f64> = if dt == DType::F64 || dt.is_int() {
+    // ATen's CPU kernel: the first half counts up from start, the second down from end; the
+    // float kernels compute each point as one fused multiply-add.
+    let half = steps / 2;
+    let vals: Vec<f64> = if dt.is_int() {
         let step = if steps > 1 { (e - s) / (steps - 1) as f64 } else { 0.0 };
-        let half = steps / 2;
         (0..steps).map(|i| if i < half { s + step * i as f64 } else { e - step * (steps - i - 1) as f64 }).collect()
+    } else if dt == DType::F64 {
+        let step = if steps > 1 { (e - s) / (steps - 1) as f64 } else { 0.0 };
+        (0..steps).map(|i| if i < half { step.mul_add(i as f64, s) } else { (-step).mul_add((steps - i - 1) as f64, e) }).collect()
     } else {
         let (s, e) = (s as f32, e as f32);
         let step = if steps > 1 { (e - s) / (steps - 1) as f32 } else { 0.0 };
-        let half = steps / 2;
-        (0..steps).map(|i| (if i < half { s + step * i as f32 } else { e - step * (steps - i - 1) as f32 }) as f64).collect()
+        (0..steps).map(|i| (if i < half { step.mul_add(i as f32, s) } else { (-step).mul_add((steps - i - 1) as f32, e) }) as f64).collect()
     };
     if dt.is_int() {
         let iv: Vec<i64> = vals.iter().map(|&v| v as i64).collect();

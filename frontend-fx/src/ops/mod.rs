@@ -17,6 +17,7 @@ pub mod spectral;
 pub mod creation;
 pub mod data_dependent;
 pub mod distance;
+pub mod histogram;
 pub mod elementwise;
 pub mod index;
 pub mod linalg;
@@ -52,6 +53,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             elementwise::OPS,
             shape::OPS,
             reduce::OPS,
+            histogram::OPS,
             order::OPS,
             complex::OPS,
             spectral::OPS,

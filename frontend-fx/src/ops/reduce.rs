@@ -735,17 +735,8 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
     let ones = cx.full(Scalar::Int(1), dt, &shape)?;
     let zeros = cx.full(Scalar::Int(0), dt, &shape)?;
     let upd = cx.select(valid, ones, zeros)?;
-    let mut col = shape.clone();
-    col.push(Dim::Static(1));
-    let coords = cx.reshape(pos, col)?;
     let init = cx.full(Scalar::Int(0), dt, &[Dim::Static(bins)])?;
-    let dims = ScatterDims {
-        inserted_window_dims: vec![0],
-        scatter_dims_to_operand_dims: vec![0],
-        index_vector_dim: 1,
-        ..ScatterDims::default()
-    };
-    one(cx.b.scatter(init, coords, upd, dims, ScatterKind::Add)?)
+    one(scatter_rows(cx, init, pos, upd, ScatterKind::Add)?)
 }
 
 pub fn softmax_backward(cx: &mut Ctx) -> R<Vec<Val>> {
