@@ -214,6 +214,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("special_bessel_j1.default", bessel_j1),
     ("special_bessel_y0.default", bessel_y0),
     ("special_bessel_y1.default", bessel_y1),
+    ("special_airy_ai.default", airy_ai),
     ("floor.default", floor),
     ("ceil.default", ceil),
     ("round.default", round),
