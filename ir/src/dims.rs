@@ -66,17 +66,11 @@ impl GatherDims {
     /// The op's attributes.
     pub fn attrs(self) -> Attrs {
         let mut a = Attrs::new();
-        for (name, v) in [
-            ("offset_dims", self.offset_dims),
-            ("collapsed_slice_dims", self.collapsed_slice_dims),
-            ("operand_batching_dims", self.operand_batching_dims),
-            ("start_indices_batching_dims", self.start_indices_batching_dims),
-            ("start_index_map", self.start_index_map),
-            ("slice_sizes", self.slice_sizes),
-        ] {
-            a.set(name, Attr::Ints(v));
+        for (name, v) in self.lists() {
+            a.set(name, Attr::Ints(v.to_vec()));
         }
         a.set("index_vector_dim", Attr::Int(self.index_vector_dim));
+        a.set("slice_sizes", Attr::Ints(self.slice_sizes));
         a
     }
 
@@ -120,14 +114,8 @@ impl ScatterDims {
     /// The op's attributes, with its kind.
     pub fn attrs(self, kind: ScatterKind) -> Attrs {
         let mut a = Attrs::new();
-        for (name, v) in [
-            ("update_window_dims", self.update_window_dims),
-            ("inserted_window_dims", self.inserted_window_dims),
-            ("input_batching_dims", self.input_batching_dims),
-            ("scatter_indices_batching_dims", self.scatter_indices_batching_dims),
-            ("scatter_dims_to_operand_dims", self.scatter_dims_to_operand_dims),
-        ] {
-            a.set(name, Attr::Ints(v));
+        for (name, v) in self.lists() {
+            a.set(name, Attr::Ints(v.to_vec()));
         }
         a.set("index_vector_dim", Attr::Int(self.index_vector_dim));
         a.set("kind", kind.attr());

@@ -148,24 +148,21 @@ fn edge(cx: &mut Ctx, edges: ValueId, k: i64) -> R<ValueId> {
     cx.reshape(e, vec![])
 }
 
-/// Whether each element of `col` lies within the outer edges.
-fn within(cx: &mut Ctx, col: ValueId, edges: ValueId, bins: i64) -> R<(ValueId, ValueId)> {
+/// Whether each element of `col` lies within the outer edges, and those edges broadcast.
+fn within(cx: &mut Ctx, col: ValueId, edges: ValueId, bins: i64) -> R<(ValueId, ValueId, ValueId)> {
     let shape = cx.dims(col);
     let e0 = edge(cx, edges, 0)?;
     let en = edge(cx, edges, bins)?;
     let (e0b, enb) = (cx.broadcast_to(e0, &shape)?, cx.broadcast_to(en, &shape)?);
     let ge = cx.cmp(Direction::Ge, col, e0b)?;
     let le = cx.cmp(Direction::Le, col, enb)?;
-    Ok((cx.bin(O::And, ge, le)?, e0b))
+    Ok((cx.bin(O::And, ge, le)?, e0b, enb))
 }
 
 /// Bins over linspace edges: the linear estimate, then ATen's local search among the edges
 /// `[est - 1, est + 2)`.
 fn linear_axis(cx: &mut Ctx, col: ValueId, edges: ValueId, bins: i64) -> R<Axis> {
-    let shape = cx.dims(col);
-    let (valid, e0b) = within(cx, col, edges, bins)?;
-    let en = edge(cx, edges, bins)?;
-    let enb = cx.broadcast_to(en, &shape)?;
+    let (valid, e0b, enb) = within(cx, col, edges, bins)?;
     let off = cx.bin(O::Sub, col, e0b)?;
     let off = cx.bin_c(O::Mul, off, bins as f64)?;
     let width = cx.bin(O::Sub, enb, e0b)?;
@@ -214,7 +211,7 @@ fn search_axis(cx: &mut Ctx, col: ValueId, edges: ValueId) -> R<Axis> {
     if shape[0].as_static().is_some_and(|n| n.saturating_mul(k) > MAX_TABLE) {
         return err(format!("histogram of {} elements over {k} edges: the search table exceeds {MAX_TABLE} entries", shape[0]));
     }
-    let (valid, _) = within(cx, col, edges, k - 1)?;
+    let (valid, _, _) = within(cx, col, edges, k - 1)?;
     let table = [shape[0].clone(), Dim::Static(k)];
     let xs = cx.reshape(col, vec![shape[0].clone(), Dim::Static(1)])?;
     let xs = cx.broadcast_to(xs, &table)?;
