@@ -328,6 +328,13 @@ impl Attrs {
         }
     }
 
+    /// Sets every attribute of `other`, keeping the others.
+    pub fn update(&mut self, other: Attrs) {
+        for (name, value) in other.0 {
+            self.set(name, value);
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&Attr> {
         self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name)).ok().map(|i| &self.0[i].1)
     }

@@ -17,6 +17,7 @@ pub mod infer;
 pub mod module;
 pub mod opcode;
 pub mod parse;
+pub mod payload;
 pub mod print;
 pub mod layout;
 pub mod sharding;
@@ -37,6 +38,7 @@ pub use module::{
 };
 pub use opcode::Opcode;
 pub use parse::{parse_module, ParseError};
+pub use payload::Payload;
 pub use print::print_module;
 pub use layout::{DimLayout, Factor, Layout};
 pub use sharding::{DimAxes, Mesh};

@@ -128,7 +128,8 @@ pub struct OpInfo {
 }
 
 macro_rules! ops {
-    ($( $(#[doc = $doc:literal])* $variant:ident = $name:literal, $operands:expr, $results:expr, [$($attr:expr),*], $traits:expr, $regions:expr; )*) => {
+    ($( $(#[doc = $doc:literal])* $variant:ident = $name:literal, $operands:expr, $results:expr,
+        [$($field:ident: $presence:ident $kind:ident $(($enum:ident))?),*], $traits:expr, $regions:expr; )*) => {
         /// An op's kind. See [`Opcode::info`] for its description.
         #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum Opcode { $($variant),* }
@@ -143,7 +144,7 @@ macro_rules! ops {
                             name: $name,
                             operands: $operands,
                             results: $results,
-                            attrs: &[$($attr),*],
+                            attrs: &[$($presence(stringify!($field), attr_kind!($kind $(($enum))?))),*],
                             traits: $traits,
                             regions: $regions,
                             doc: concat!($($doc),*),
@@ -156,28 +157,33 @@ macro_rules! ops {
     };
 }
 
-use Arity::{AtLeast, Between, Exactly};
-use AttrKind as K;
+/// The [`AttrKind`] of a kind token of the op table (`Ints`, `Enum(ReduceKind)`).
+macro_rules! attr_kind {
+    (Enum($enum:ident)) => {
+        AttrKind::Enum(EnumSpec::of::<$enum>())
+    };
+    ($kind:ident) => {
+        AttrKind::$kind
+    };
+}
 
-const DIRECTION: K = K::Enum(EnumSpec::of::<Direction>());
-const PRECISION: K = K::Enum(EnumSpec::of::<Precision>());
-const REDUCE_KIND: K = K::Enum(EnumSpec::of::<ReduceKind>());
-const ARG_REDUCE_KIND: K = K::Enum(EnumSpec::of::<ArgReduceKind>());
-const WINDOW_KIND: K = K::Enum(EnumSpec::of::<WindowKind>());
-const SCATTER_KIND: K = K::Enum(EnumSpec::of::<ScatterKind>());
-const SCAN_KIND: K = K::Enum(EnumSpec::of::<ScanKind>());
-const FFT_TYPE: K = K::Enum(EnumSpec::of::<FftType>());
-const APPROXIMATION: K = K::Enum(EnumSpec::of::<GeluApproximation>());
+use Arity::{AtLeast, Between, Exactly};
 
 const EW1: u32 = ELEMENTWISE | PURE;
 const EW2C: u32 = ELEMENTWISE | PURE | COMMUTATIVE;
 
-ops! {
+/// The op table, handed to the macro `$then`: `ops` here builds [`Opcode`] and its [`OpInfo`],
+/// and [`crate::payload`] builds each op's typed view of its attributes from the same lines. An
+/// entry is `Variant = "name", operands, results, [attributes], traits, regions;` where an
+/// attribute is `field: req Kind` or `field: opt Kind`, the field's name being the attribute's and
+/// the kind an [`AttrKind`] (`Ints`, `Enum(ReduceKind)`, ...).
+macro_rules! op_table {
+    ($then:ident) => { $then! {
     // ---- constants and index generators
     /// A dense constant; the result type is the value's type.
-    Constant = "constant", Exactly(0), Exactly(1), [req("value", K::Tensor)], PURE, 0;
+    Constant = "constant", Exactly(0), Exactly(1), [value: req Tensor], PURE, 0;
     /// Indices 0, 1, ... along `dimension`, broadcast over the (given) result type.
-    Iota = "iota", Exactly(0), Exactly(1), [req("dimension", K::Int)], PURE, 0;
+    Iota = "iota", Exactly(0), Exactly(1), [dimension: req Int], PURE, 0;
 
     // ---- elementwise unary (result type = operand type)
     /// |x|
@@ -278,70 +284,70 @@ ops! {
     /// the next float after x toward y (CHLO's `next_after`)
     NextAfter = "next_after", Exactly(2), Exactly(1), [], EW1, 0;
     /// comparison by `direction` (eq, ne, lt, le, gt, ge); result is bool
-    Compare = "compare", Exactly(2), Exactly(1), [req("direction", DIRECTION)], EW1, 0;
+    Compare = "compare", Exactly(2), Exactly(1), [direction: req Enum(Direction)], EW1, 0;
     /// pred ? on_true : on_false, element by element (pred is bool of the same shape)
     Select = "select", Exactly(3), Exactly(1), [], EW1, 0;
 
     // ---- shape ops
     /// operand dim i goes to result dim `broadcast_dimensions[i]` (size equal or 1)
-    BroadcastInDim = "broadcast_in_dim", Exactly(1), Exactly(1), [req("broadcast_dimensions", K::Ints)], PURE, 0;
+    BroadcastInDim = "broadcast_in_dim", Exactly(1), Exactly(1), [broadcast_dimensions: req Ints], PURE, 0;
     /// same elements, row-major, new shape (given by the result type)
     Reshape = "reshape", Exactly(1), Exactly(1), [], PURE, 0;
     /// result dim i = operand dim permutation[i]
-    Transpose = "transpose", Exactly(1), Exactly(1), [req("permutation", K::Ints)], PURE, 0;
+    Transpose = "transpose", Exactly(1), Exactly(1), [permutation: req Ints], PURE, 0;
     /// static strided slice
-    Slice = "slice", Exactly(1), Exactly(1), [req("start_indices", K::Ints), req("limit_indices", K::Ints), req("strides", K::Ints)], PURE, 0;
+    Slice = "slice", Exactly(1), Exactly(1), [start_indices: req Ints, limit_indices: req Ints, strides: req Ints], PURE, 0;
     /// joins operands along `dimension`
-    Concatenate = "concatenate", AtLeast(1), Exactly(1), [req("dimension", K::Int)], PURE, 0;
+    Concatenate = "concatenate", AtLeast(1), Exactly(1), [dimension: req Int], PURE, 0;
     /// pads with the scalar second operand (negative padding crops)
-    Pad = "pad", Exactly(2), Exactly(1), [req("edge_padding_low", K::Ints), req("edge_padding_high", K::Ints), req("interior_padding", K::Ints)], PURE, 0;
+    Pad = "pad", Exactly(2), Exactly(1), [edge_padding_low: req Ints, edge_padding_high: req Ints, interior_padding: req Ints], PURE, 0;
     /// reverses the order of elements along `dimensions`
-    Reverse = "reverse", Exactly(1), Exactly(1), [req("dimensions", K::Ints)], PURE, 0;
+    Reverse = "reverse", Exactly(1), Exactly(1), [dimensions: req Ints], PURE, 0;
     /// A data-dependent size (`nonzero`, `masked_select`): the first `n` (the second operand,
     /// an i64 scalar computed by the program) positions along `dimension` of the operand,
     /// whose size there is an upper bound of `n`. The result's dim is a symbol whose value is
     /// `n`; everything else is the operand's. `specialize` pads the symbol to the operand's
     /// size and returns `n` so that the caller can cut the results.
-    BindSize = "bind_size", Exactly(2), Exactly(1), [req("dimension", K::Int)], 0, 0;
+    BindSize = "bind_size", Exactly(2), Exactly(1), [dimension: req Int], 0, 0;
 
     // ---- compute
     /// generalized matrix product: result dims are batch, lhs free, rhs free; `precision` is
     /// `default`, `high` or `highest`; `precision_scope` is a precision the source asked for
     /// this op (a `tpuc.precision` region), which the precision policy does not override
-    DotGeneral = "dot_general", Exactly(2), Exactly(1), [req("lhs_batching_dimensions", K::Ints), req("rhs_batching_dimensions", K::Ints), req("lhs_contracting_dimensions", K::Ints), req("rhs_contracting_dimensions", K::Ints), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE, 0;
+    DotGeneral = "dot_general", Exactly(2), Exactly(1), [lhs_batching_dimensions: req Ints, rhs_batching_dimensions: req Ints, lhs_contracting_dimensions: req Ints, rhs_contracting_dimensions: req Ints, precision: opt Enum(Precision), precision_scope: opt Enum(Precision)], PURE, 0;
     /// N-d convolution in layout lhs [N, C, spatial...], rhs [O, I, spatial...], result
     /// [N, O, spatial...]; `padding` is [low0, high0, low1, high1, ...]; `precision` and
     /// `precision_scope` as for `dot_general`
-    Convolution = "convolution", Exactly(2), Exactly(1), [req("window_strides", K::Ints), req("padding", K::Ints), req("lhs_dilation", K::Ints), req("rhs_dilation", K::Ints), req("feature_group_count", K::Int), req("batch_group_count", K::Int), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE, 0;
+    Convolution = "convolution", Exactly(2), Exactly(1), [window_strides: req Ints, padding: req Ints, lhs_dilation: req Ints, rhs_dilation: req Ints, feature_group_count: req Int, batch_group_count: req Int, precision: opt Enum(Precision), precision_scope: opt Enum(Precision)], PURE, 0;
     /// reduction of `dimensions` by `kind` (sum, prod, max, min, and, or); reduced dims removed
-    Reduce = "reduce", Exactly(1), Exactly(1), [req("dimensions", K::Ints), req("kind", REDUCE_KIND)], PURE, 0;
+    Reduce = "reduce", Exactly(1), Exactly(1), [dimensions: req Ints, kind: req Enum(ReduceKind)], PURE, 0;
     /// index of the max (`kind` = argmax) or min (argmin) along `dimension` (removed), first on
     /// ties; the result type gives the index dtype
-    ArgReduce = "arg_reduce", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", ARG_REDUCE_KIND)], PURE, 0;
+    ArgReduce = "arg_reduce", Exactly(1), Exactly(1), [dimension: req Int, kind: req Enum(ArgReduceKind)], PURE, 0;
     /// sliding-window reduction by `kind` (sum, max, min); `padding` is [low0, high0, ...] and pads
     /// with the kind's identity
-    ReduceWindow = "reduce_window", Exactly(1), Exactly(1), [req("kind", WINDOW_KIND), req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("base_dilations", K::Ints), req("window_dilations", K::Ints), req("padding", K::Ints)], PURE, 0;
+    ReduceWindow = "reduce_window", Exactly(1), Exactly(1), [kind: req Enum(WindowKind), window_dimensions: req Ints, window_strides: req Ints, base_dilations: req Ints, window_dilations: req Ints, padding: req Ints], PURE, 0;
     /// StableHLO gather (operand, start_indices)
-    Gather = "gather", Exactly(2), Exactly(1), [req("offset_dims", K::Ints), req("collapsed_slice_dims", K::Ints), req("operand_batching_dims", K::Ints), req("start_indices_batching_dims", K::Ints), req("start_index_map", K::Ints), req("index_vector_dim", K::Int), req("slice_sizes", K::Ints)], PURE, 0;
+    Gather = "gather", Exactly(2), Exactly(1), [offset_dims: req Ints, collapsed_slice_dims: req Ints, operand_batching_dims: req Ints, start_indices_batching_dims: req Ints, start_index_map: req Ints, index_vector_dim: req Int, slice_sizes: req Ints], PURE, 0;
     /// StableHLO scatter (operand, scatter_indices, updates) combining by `kind` (replace, add,
     /// mul, max, min)
-    Scatter = "scatter", Exactly(3), Exactly(1), [req("update_window_dims", K::Ints), req("inserted_window_dims", K::Ints), req("input_batching_dims", K::Ints), req("scatter_indices_batching_dims", K::Ints), req("scatter_dims_to_operand_dims", K::Ints), req("index_vector_dim", K::Int), req("kind", SCATTER_KIND)], PURE, 0;
+    Scatter = "scatter", Exactly(3), Exactly(1), [update_window_dims: req Ints, inserted_window_dims: req Ints, input_batching_dims: req Ints, scatter_indices_batching_dims: req Ints, scatter_dims_to_operand_dims: req Ints, index_vector_dim: req Int, kind: req Enum(ScatterKind)], PURE, 0;
     /// For max-pool gradients: scatters `source` (second operand) to the position of each
     /// window's max in `operand`, adding where windows overlap. Window attributes as in
     /// reduce_window.
-    SelectAndScatterAdd = "select_and_scatter_add", Exactly(2), Exactly(1), [req("window_dimensions", K::Ints), req("window_strides", K::Ints), req("padding", K::Ints)], PURE, 0;
+    SelectAndScatterAdd = "select_and_scatter_add", Exactly(2), Exactly(1), [window_dimensions: req Ints, window_strides: req Ints, padding: req Ints], PURE, 0;
     /// sorts along `dimension` (stable); results are the values and the i64 indices
-    Sort = "sort", Exactly(1), Exactly(2), [req("dimension", K::Int), req("descending", K::Bool)], PURE, 0;
+    Sort = "sort", Exactly(1), Exactly(2), [dimension: req Int, descending: req Bool], PURE, 0;
     /// inclusive prefix reduction along `dimension` by `kind` (sum, prod, max, min)
-    Scan = "scan", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", SCAN_KIND)], PURE, 0;
+    Scan = "scan", Exactly(1), Exactly(1), [dimension: req Int, kind: req Enum(ScanKind)], PURE, 0;
     /// Cholesky factor of the (batched) positive definite matrices of the trailing two dims,
     /// read from and written to their `lower` (or upper) triangle; the other triangle of the
     /// result is unspecified
-    Cholesky = "cholesky", Exactly(1), Exactly(1), [req("lower", K::Bool)], PURE, 0;
+    Cholesky = "cholesky", Exactly(1), Exactly(1), [lower: req Bool], PURE, 0;
     /// solves op(a)·x = b (`left_side`) or x·op(a) = b for x, a triangular (`lower`, with an
     /// implicit unit diagonal when `unit_diagonal`), op the transpose when `transpose_a`; a is
     /// [..., n, n] and b [..., n, m] (left) or [..., m, n], batch dims equal
-    TriangularSolve = "triangular_solve", Exactly(2), Exactly(1), [req("left_side", K::Bool), req("lower", K::Bool), req("unit_diagonal", K::Bool), req("transpose_a", K::Bool)], PURE, 0;
+    TriangularSolve = "triangular_solve", Exactly(2), Exactly(1), [left_side: req Bool, lower: req Bool, unit_diagonal: req Bool, transpose_a: req Bool], PURE, 0;
     /// Householder QR of [..., m, n]: R on and above the diagonal, the reflectors' vectors below
     /// it (unit leading entry implied), and their scales τ [..., min(m, n)] (LAPACK's geqrf);
     /// XLA expands it (custom call `Qr`)
@@ -352,43 +358,43 @@ ops! {
     /// eigenvectors [..., n, n] (columns) and ascending eigenvalues [..., n] of symmetric
     /// matrices, read from the `lower` (or upper) triangle; XLA's Jacobi expansion (custom
     /// call `Eigh`)
-    Eigh = "eigh", Exactly(1), Exactly(2), [req("lower", K::Bool)], PURE, 0;
+    Eigh = "eigh", Exactly(1), Exactly(2), [lower: req Bool], PURE, 0;
     /// discrete Fourier transform over the trailing `len(fft_length)` (1 to 3) dims: `fft` /
     /// `ifft` complex to complex (`ifft` divides by the size), `rfft` real to complex (last dim
     /// n/2+1), `irfft` complex to real (last dim `fft_length[-1]`, divided by the size)
-    Fft = "fft", Exactly(1), Exactly(1), [req("fft_type", FFT_TYPE), req("fft_length", K::Ints)], PURE, 0;
+    Fft = "fft", Exactly(1), Exactly(1), [fft_type: req Enum(FftType), fft_length: req Ints], PURE, 0;
 
     // ---- collectives: a per-rank program, every rank (replica) running it on its own values;
     // `group` names the ranks taking part (resolved to replica groups when emitted)
     /// the elementwise `kind` reduction of the operand over the ranks of `group`
     /// (`average`: then divided by the group's size)
-    AllReduce = "all_reduce", Exactly(1), Exactly(1), [req("kind", REDUCE_KIND), req("group", K::Str), opt("average", K::Bool)], 0, 0;
+    AllReduce = "all_reduce", Exactly(1), Exactly(1), [kind: req Enum(ReduceKind), group: req Str, average: opt Bool], 0, 0;
     /// the operands of the `group_size` ranks of `group` concatenated along `dimension`, in
     /// rank order
-    AllGather = "all_gather", Exactly(1), Exactly(1), [req("dimension", K::Int), req("group_size", K::Int), req("group", K::Str)], 0, 0;
+    AllGather = "all_gather", Exactly(1), Exactly(1), [dimension: req Int, group_size: req Int, group: req Str], 0, 0;
     /// the `kind` reduction over `group`, of which rank i keeps the i-th of `group_size` equal
     /// blocks along `dimension` (`average`: divided by `group_size`)
-    ReduceScatter = "reduce_scatter", Exactly(1), Exactly(1), [req("dimension", K::Int), req("kind", REDUCE_KIND), req("group_size", K::Int), req("group", K::Str), opt("average", K::Bool)], 0, 0;
+    ReduceScatter = "reduce_scatter", Exactly(1), Exactly(1), [dimension: req Int, kind: req Enum(ReduceKind), group_size: req Int, group: req Str, average: opt Bool], 0, 0;
     /// the operand of the group's rank `source` (its index within the group), on every rank
-    CollectiveBroadcast = "collective_broadcast", Exactly(1), Exactly(1), [req("source", K::Int), req("group", K::Str)], 0, 0;
+    CollectiveBroadcast = "collective_broadcast", Exactly(1), Exactly(1), [source: req Int, group: req Str], 0, 0;
     /// `dimension` cut into `group_size` equal blocks, block j sent to rank j; the blocks
     /// received concatenated along `dimension` in rank order
-    AllToAll = "all_to_all", Exactly(1), Exactly(1), [req("dimension", K::Int), req("group_size", K::Int), req("group", K::Str)], 0, 0;
+    AllToAll = "all_to_all", Exactly(1), Exactly(1), [dimension: req Int, group_size: req Int, group: req Str], 0, 0;
 
     // ---- high-level ops (expanded by the emitter; composites later)
     /// softmax along `dimension`
-    Softmax = "softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;
+    Softmax = "softmax", Exactly(1), Exactly(1), [dimension: req Int], PURE | COMPOSITE, 0;
     /// log(softmax) along `dimension`
-    LogSoftmax = "log_softmax", Exactly(1), Exactly(1), [req("dimension", K::Int)], PURE | COMPOSITE, 0;
+    LogSoftmax = "log_softmax", Exactly(1), Exactly(1), [dimension: req Int], PURE | COMPOSITE, 0;
     /// GELU, `approximate` = none (erf) or tanh
-    Gelu = "gelu", Exactly(1), Exactly(1), [req("approximate", APPROXIMATION)], ELEMENTWISE | PURE | COMPOSITE, 0;
+    Gelu = "gelu", Exactly(1), Exactly(1), [approximate: req Enum(GeluApproximation)], ELEMENTWISE | PURE | COMPOSITE, 0;
     /// normalizes over the trailing `normalized_rank` dims: results (x - mean) * rstd, mean and
     /// rstd = 1/sqrt(var + epsilon), the latter two with the normalized dims kept as size 1
-    LayerNorm = "layer_norm", Exactly(1), Exactly(3), [req("normalized_rank", K::Int), req("epsilon", K::Float)], PURE | COMPOSITE, 0;
+    LayerNorm = "layer_norm", Exactly(1), Exactly(3), [normalized_rank: req Int, epsilon: req Float], PURE | COMPOSITE, 0;
     /// scaled dot-product attention: q [..., L, E], k [..., S, E], v [..., S, Ev] and an
     /// optional mask broadcastable to [..., L, S] (bool: keep where true; float: added);
     /// `precision` and `precision_scope` as for `dot_general`, for both of its matmuls
-    Attention = "attention", Between(3, 4), Exactly(1), [req("scale", K::Float), req("is_causal", K::Bool), opt("precision", PRECISION), opt("precision_scope", PRECISION)], PURE | COMPOSITE, 0;
+    Attention = "attention", Between(3, 4), Exactly(1), [scale: req Float, is_causal: req Bool, precision: opt Enum(Precision), precision_scope: opt Enum(Precision)], PURE | COMPOSITE, 0;
 
     // ---- composites
     /// A named group of ops (`name`, e.g. `tpuc.attention`) that a backend may implement as one
@@ -396,14 +402,18 @@ ops! {
     /// types and whose `yield` gives the results; the region is isolated from above (it uses only
     /// its own arguments). Every other attribute is a composite attribute (scale, causal, ...).
     /// Lowers to `stablehlo.composite` with the region as the decomposition function.
-    Composite = "composite", AtLeast(0), AtLeast(1), [req("name", K::Str)], PURE | OPEN_ATTRS, 1;
+    Composite = "composite", AtLeast(0), AtLeast(1), [name: req Str], PURE | OPEN_ATTRS, 1;
 
     // ---- terminators
     /// returns the function's results
     Return = "return", AtLeast(0), Exactly(0), [], TERMINATOR, 0;
     /// ends a region of an op, giving its values
     Yield = "yield", AtLeast(0), Exactly(0), [], TERMINATOR, 0;
+} };
 }
+pub(crate) use op_table;
+
+op_table!(ops);
 
 impl Opcode {
     pub fn name(self) -> &'static str {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::dims::{GatherDims, ScatterDims};
 use crate::enums::ScatterKind;
+use crate::payload;
 
 /// Appends ops at the end of a block, with a current provenance. The convenience methods infer
 /// result types through the op table's shape rules and return an error naming the op when a
@@ -68,7 +69,7 @@ impl<'m> Builder<'m> {
     }
 
     pub fn compare(&mut self, direction: Direction, x: ValueId, y: ValueId) -> Result<ValueId, IrError> {
-        self.build1(Opcode::Compare, &[x, y], Attrs::new().with("direction", direction.attr()), None)
+        self.build1(Opcode::Compare, &[x, y], payload::Compare { direction }.attrs(), None)
     }
 
     pub fn select(&mut self, pred: ValueId, on_true: ValueId, on_false: ValueId) -> Result<ValueId, IrError> {
@@ -86,7 +87,7 @@ impl<'m> Builder<'m> {
     }
 
     pub fn constant(&mut self, value: TensorData) -> Result<ValueId, IrError> {
-        self.build1(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(value)), None)
+        self.build1(Opcode::Constant, &[], payload::Constant { value: &value }.attrs(), None)
     }
 
     /// A constant of one value over a static type.
@@ -153,7 +154,7 @@ impl<'m> Builder<'m> {
     }
 
     pub fn iota(&mut self, ty: TensorType, dimension: i64) -> Result<ValueId, IrError> {
-        self.build1(Opcode::Iota, &[], Attrs::new().with("dimension", Attr::Int(dimension)), Some(ty))
+        self.build1(Opcode::Iota, &[], payload::Iota { dimension }.attrs(), Some(ty))
     }
 
     pub fn broadcast_in_dim(&mut self, x: ValueId, dims: &[i64], shape: Vec<Dim>) -> Result<ValueId, IrError> {
@@ -161,7 +162,7 @@ impl<'m> Builder<'m> {
         if rt == *self.ty(x) && dims.iter().enumerate().all(|(i, &d)| d == i as i64) {
             return Ok(x);
         }
-        self.build1(Opcode::BroadcastInDim, &[x], Attrs::new().with("broadcast_dimensions", Attr::Ints(dims.to_vec())), Some(rt))
+        self.build1(Opcode::BroadcastInDim, &[x], payload::BroadcastInDim { broadcast_dimensions: dims }.attrs(), Some(rt))
     }
 
     /// NumPy-style broadcast of `x` to `shape` (trailing alignment).
@@ -189,17 +190,14 @@ impl<'m> Builder<'m> {
         if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
             return Ok(x);
         }
-        self.build1(Opcode::Transpose, &[x], Attrs::new().with("permutation", Attr::Ints(perm.to_vec())), None)
+        self.build1(Opcode::Transpose, &[x], payload::Transpose { permutation: perm }.attrs(), None)
     }
 
     pub fn slice(&mut self, x: ValueId, start: &[i64], limit: &[i64], strides: &[i64]) -> Result<ValueId, IrError> {
         self.build1(
             Opcode::Slice,
             &[x],
-            Attrs::new()
-                .with("start_indices", Attr::Ints(start.to_vec()))
-                .with("limit_indices", Attr::Ints(limit.to_vec()))
-                .with("strides", Attr::Ints(strides.to_vec())),
+            payload::Slice { start_indices: start, limit_indices: limit, strides }.attrs(),
             None,
         )
     }
@@ -208,17 +206,14 @@ impl<'m> Builder<'m> {
         if xs.len() == 1 {
             return Ok(xs[0]);
         }
-        self.build1(Opcode::Concatenate, xs, Attrs::new().with("dimension", Attr::Int(dimension)), None)
+        self.build1(Opcode::Concatenate, xs, payload::Concatenate { dimension }.attrs(), None)
     }
 
     pub fn pad(&mut self, x: ValueId, value: ValueId, low: &[i64], high: &[i64], interior: &[i64]) -> Result<ValueId, IrError> {
         self.build1(
             Opcode::Pad,
             &[x, value],
-            Attrs::new()
-                .with("edge_padding_low", Attr::Ints(low.to_vec()))
-                .with("edge_padding_high", Attr::Ints(high.to_vec()))
-                .with("interior_padding", Attr::Ints(interior.to_vec())),
+            payload::Pad { edge_padding_low: low, edge_padding_high: high, interior_padding: interior }.attrs(),
             None,
         )
     }
@@ -235,11 +230,15 @@ impl<'m> Builder<'m> {
         self.build1(
             Opcode::DotGeneral,
             &[lhs, rhs],
-            Attrs::new()
-                .with("lhs_batching_dimensions", Attr::Ints(lhs_batch.to_vec()))
-                .with("rhs_batching_dimensions", Attr::Ints(rhs_batch.to_vec()))
-                .with("lhs_contracting_dimensions", Attr::Ints(lhs_contract.to_vec()))
-                .with("rhs_contracting_dimensions", Attr::Ints(rhs_contract.to_vec())),
+            payload::DotGeneral {
+                lhs_batching_dimensions: lhs_batch,
+                rhs_batching_dimensions: rhs_batch,
+                lhs_contracting_dimensions: lhs_contract,
+                rhs_contracting_dimensions: rhs_contract,
+                precision: None,
+                precision_scope: None,
+            }
+            .attrs(),
             None,
         )
     }
@@ -249,7 +248,7 @@ impl<'m> Builder<'m> {
         self.build1(
             Opcode::Reduce,
             &[x],
-            Attrs::new().with("dimensions", Attr::Ints(dims.to_vec())).with("kind", kind.attr()),
+            payload::Reduce { dimensions: dims, kind }.attrs(),
             None,
         )
     }

@@ -16,9 +16,9 @@
 //!   lists agree with the operands;
 //! - erased ops stay in the arena until [`Module::compact`] renumbers the live entities.
 
-use crate::attr::{Attr, Attrs, Scalar, TensorData};
+use crate::attr::{Attrs, Scalar, TensorData};
 use crate::dtype::DType;
-use crate::enums::{AttrEnum, Direction, ReduceKind};
+use crate::enums::{Direction, ReduceKind};
 use crate::entity::{entity_id, PrimaryMap, SecondaryMap};
 use crate::infer::check_op;
 use crate::opcode::Opcode;
@@ -131,6 +131,16 @@ impl OpData {
     /// The block the op is in; `None` while detached or once erased.
     pub fn block(&self) -> Option<BlockId> {
         self.block
+    }
+    /// The typed view of the op's attributes ([`crate::payload`]): `op.payload::<payload::Reduce>()`.
+    /// Panics, naming the op and the attribute, when the op is not `P`'s or its attributes do not
+    /// fit the op table, which `create_op` and the verifier refuse.
+    #[track_caller]
+    pub fn payload<'a, P: crate::payload::Payload<'a>>(&'a self) -> P {
+        if self.opcode != P::OPCODE {
+            panic!("a `{}` op read as `{}`", self.opcode, P::OPCODE);
+        }
+        P::of(&self.attrs).unwrap_or_else(|| crate::payload::invalid(self.opcode, &self.attrs))
     }
 }
 
