@@ -4,11 +4,13 @@
 //! only make sense together (StableHLO's `#stablehlo.gather<...>` / `#stablehlo.scatter<...>`).
 //! [`GatherDims`] and [`ScatterDims`] are those bundles: the front end builds an op from one
 //! (`Builder::gather`, `Builder::scatter`), and the shape rule, the evaluator, the specializer
-//! and the emitter read one back with `of`. The attribute words are spelled here and in the op
-//! table only.
+//! and the emitter read one back with `of`. They are owned forms of the ops' typed views
+//! ([`crate::payload::Gather`], [`crate::payload::Scatter`]), whose attribute words are the op
+//! table's.
 
-use crate::attr::{Attr, Attrs};
-use crate::enums::{AttrEnum, ScatterKind};
+use crate::attr::Attrs;
+use crate::enums::ScatterKind;
+use crate::payload;
 
 /// `gather`'s dimension numbers and slice sizes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,34 +46,25 @@ pub struct ScatterDims {
     pub index_vector_dim: i64,
 }
 
-fn ints(a: &Attrs, name: &str) -> Option<Vec<i64>> {
-    a.ints(name).map(<[i64]>::to_vec)
-}
-
 impl GatherDims {
     /// A gather's bundle; `None` when an attribute is missing or of another kind (which
     /// `create_op` and the verifier refuse, so a verified gather always has one).
     pub fn of(a: &Attrs) -> Option<GatherDims> {
-        Some(GatherDims {
-            offset_dims: ints(a, "offset_dims")?,
-            collapsed_slice_dims: ints(a, "collapsed_slice_dims")?,
-            operand_batching_dims: ints(a, "operand_batching_dims")?,
-            start_indices_batching_dims: ints(a, "start_indices_batching_dims")?,
-            start_index_map: ints(a, "start_index_map")?,
-            index_vector_dim: a.int("index_vector_dim")?,
-            slice_sizes: ints(a, "slice_sizes")?,
-        })
+        payload::Gather::of(a).map(GatherDims::from)
     }
 
     /// The op's attributes.
     pub fn attrs(self) -> Attrs {
-        let mut a = Attrs::new();
-        for (name, v) in self.lists() {
-            a.set(name, Attr::Ints(v.to_vec()));
+        payload::Gather {
+            offset_dims: &self.offset_dims,
+            collapsed_slice_dims: &self.collapsed_slice_dims,
+            operand_batching_dims: &self.operand_batching_dims,
+            start_indices_batching_dims: &self.start_indices_batching_dims,
+            start_index_map: &self.start_index_map,
+            index_vector_dim: self.index_vector_dim,
+            slice_sizes: &self.slice_sizes,
         }
-        a.set("index_vector_dim", Attr::Int(self.index_vector_dim));
-        a.set("slice_sizes", Attr::Ints(self.slice_sizes));
-        a
+        .attrs()
     }
 
     /// The five lists of `#stablehlo.gather<...>`, named and in its order.
@@ -89,14 +82,7 @@ impl GatherDims {
 impl ScatterDims {
     /// A scatter's bundle; `None` when an attribute is missing or of another kind.
     pub fn of(a: &Attrs) -> Option<ScatterDims> {
-        Some(ScatterDims {
-            update_window_dims: ints(a, "update_window_dims")?,
-            inserted_window_dims: ints(a, "inserted_window_dims")?,
-            input_batching_dims: ints(a, "input_batching_dims")?,
-            scatter_indices_batching_dims: ints(a, "scatter_indices_batching_dims")?,
-            scatter_dims_to_operand_dims: ints(a, "scatter_dims_to_operand_dims")?,
-            index_vector_dim: a.int("index_vector_dim")?,
-        })
+        payload::Scatter::of(a).map(ScatterDims::from)
     }
 
     /// Point updates: every operand dim is addressed by the index vector, which is the last
@@ -113,13 +99,16 @@ impl ScatterDims {
 
     /// The op's attributes, with its kind.
     pub fn attrs(self, kind: ScatterKind) -> Attrs {
-        let mut a = Attrs::new();
-        for (name, v) in self.lists() {
-            a.set(name, Attr::Ints(v.to_vec()));
+        payload::Scatter {
+            update_window_dims: &self.update_window_dims,
+            inserted_window_dims: &self.inserted_window_dims,
+            input_batching_dims: &self.input_batching_dims,
+            scatter_indices_batching_dims: &self.scatter_indices_batching_dims,
+            scatter_dims_to_operand_dims: &self.scatter_dims_to_operand_dims,
+            index_vector_dim: self.index_vector_dim,
+            kind,
         }
-        a.set("index_vector_dim", Attr::Int(self.index_vector_dim));
-        a.set("kind", kind.attr());
-        a
+        .attrs()
     }
 
     /// The five lists of `#stablehlo.scatter<...>`, named and in its order.
@@ -131,6 +120,33 @@ impl ScatterDims {
             ("scatter_indices_batching_dims", &self.scatter_indices_batching_dims),
             ("scatter_dims_to_operand_dims", &self.scatter_dims_to_operand_dims),
         ]
+    }
+}
+
+impl From<payload::Gather<'_>> for GatherDims {
+    fn from(g: payload::Gather<'_>) -> GatherDims {
+        GatherDims {
+            offset_dims: g.offset_dims.to_vec(),
+            collapsed_slice_dims: g.collapsed_slice_dims.to_vec(),
+            operand_batching_dims: g.operand_batching_dims.to_vec(),
+            start_indices_batching_dims: g.start_indices_batching_dims.to_vec(),
+            start_index_map: g.start_index_map.to_vec(),
+            index_vector_dim: g.index_vector_dim,
+            slice_sizes: g.slice_sizes.to_vec(),
+        }
+    }
+}
+
+impl From<payload::Scatter<'_>> for ScatterDims {
+    fn from(s: payload::Scatter<'_>) -> ScatterDims {
+        ScatterDims {
+            update_window_dims: s.update_window_dims.to_vec(),
+            inserted_window_dims: s.inserted_window_dims.to_vec(),
+            input_batching_dims: s.input_batching_dims.to_vec(),
+            scatter_indices_batching_dims: s.scatter_indices_batching_dims.to_vec(),
+            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.to_vec(),
+            index_vector_dim: s.index_vector_dim,
+        }
     }
 }
 
@@ -152,7 +168,7 @@ mod tests {
         let s = ScatterDims::points(3);
         let a = s.clone().attrs(ScatterKind::Add);
         assert_eq!(ScatterDims::of(&a), Some(s));
-        assert_eq!(a.get_enum::<ScatterKind>("kind"), Some(ScatterKind::Add));
+        assert_eq!(payload::Scatter::of(&a).map(|s| s.kind), Some(ScatterKind::Add));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::dims::{GatherDims, ScatterDims};
 use crate::dtype::DType;
 use crate::enums::FftType;
 use crate::opcode::{AttrKind, Opcode};
+use crate::payload::{self as p, Payload};
 use crate::types::{Dim, TensorType};
 use crate::sym::SymExpr;
 
@@ -131,16 +132,10 @@ fn check_dim_list<'a>(what: &str, rank: usize, dims: impl Iterator<Item = &'a i6
     Ok(())
 }
 
-fn ints<'a>(attrs: &'a Attrs, name: &str) -> RuleResult<&'a [i64]> {
-    attrs.ints(name).ok_or_else(|| format!("missing int list attribute `{name}`"))
-}
-
-fn int(attrs: &Attrs, name: &str) -> RuleResult<i64> {
-    attrs.int(name).ok_or_else(|| format!("missing int attribute `{name}`"))
-}
-
-fn str_attr<'a>(attrs: &'a Attrs, name: &str) -> RuleResult<&'a str> {
-    attrs.str(name).ok_or_else(|| format!("missing string attribute `{name}`"))
+/// The op's typed attributes ([`crate::payload`]); `check_op` has checked them against the op
+/// table before, so the error is for a caller that did not.
+fn view<'a, P: Payload<'a>>(attrs: &'a Attrs) -> RuleResult<P> {
+    P::of(attrs).ok_or_else(|| format!("the attributes of `{}` do not fit the op table", P::OPCODE))
 }
 
 fn same_type(what: &str, a: &TensorType, b: &TensorType) -> RuleResult<()> {
@@ -225,11 +220,10 @@ fn infer(
     let given1 = given.and_then(|g| g.first());
     match opcode {
         Constant => {
-            let Some(Attr::Tensor(v)) = attrs.get("value") else { return fail("missing value") };
-            one(v.ty.clone())
+            one(view::<p::Constant>(attrs)?.value.ty.clone())
         }
         Iota => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::Iota>(attrs)?.dimension;
             let Some(t) = given1 else { return Ok(None) };
             if d < 0 || d as usize >= t.rank() {
                 return fail(format!("iota dimension {d} out of range for {t}"));
@@ -302,7 +296,7 @@ fn infer(
             one(ops[1].clone())
         }
         BroadcastInDim => {
-            let bd = ints(attrs, "broadcast_dimensions")?;
+            let bd = view::<p::BroadcastInDim>(attrs)?.broadcast_dimensions;
             let Some(t) = given1 else { return Ok(None) };
             if bd.len() != ops[0].rank() {
                 return fail(format!("broadcast_dimensions has {} entries for operand rank {}", bd.len(), ops[0].rank()));
@@ -339,7 +333,7 @@ fn infer(
             Ok(None)
         }
         Transpose => {
-            let p = ints(attrs, "permutation")?;
+            let p = view::<p::Transpose>(attrs)?.permutation;
             if p.len() != ops[0].rank() {
                 return fail(format!("permutation {p:?} does not match rank {}", ops[0].rank()));
             }
@@ -347,7 +341,7 @@ fn infer(
             one(ops[0].with_dims(p.iter().map(|&i| ops[0].dims[i as usize].clone())))
         }
         Slice => {
-            let (s, l, st) = (ints(attrs, "start_indices")?, ints(attrs, "limit_indices")?, ints(attrs, "strides")?);
+            let p::Slice { start_indices: s, limit_indices: l, strides: st } = view(attrs)?;
             let r = ops[0].rank();
             if s.len() != r || l.len() != r || st.len() != r {
                 return fail(format!("slice attributes must have {r} entries"));
@@ -379,7 +373,7 @@ fn infer(
             one(ops[0].with_dims(dims))
         }
         Concatenate => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::Concatenate>(attrs)?.dimension;
             let r = ops[0].rank();
             if d < 0 || d as usize >= r {
                 return fail(format!("concatenate dimension {d} out of range for rank {r}"));
@@ -402,8 +396,7 @@ fn infer(
             one(ops[0].with_dims(dims))
         }
         Pad => {
-            let (lo, hi, int_) =
-                (ints(attrs, "edge_padding_low")?, ints(attrs, "edge_padding_high")?, ints(attrs, "interior_padding")?);
+            let p::Pad { edge_padding_low: lo, edge_padding_high: hi, interior_padding: int_ } = view(attrs)?;
             let r = ops[0].rank();
             if lo.len() != r || hi.len() != r || int_.len() != r {
                 return fail(format!("pad attributes must have {r} entries"));
@@ -441,11 +434,11 @@ fn infer(
             one(ops[0].with_dims(dims))
         }
         Reverse => {
-            check_dim_list("reverse dimensions", ops[0].rank(), ints(attrs, "dimensions")?.iter(), true)?;
+            check_dim_list("reverse dimensions", ops[0].rank(), view::<p::Reverse>(attrs)?.dimensions.iter(), true)?;
             one(ops[0].clone())
         }
         BindSize => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::BindSize>(attrs)?.dimension;
             if d < 0 || d as usize >= ops[0].rank() {
                 return fail(format!("bind_size dimension {d} out of range for {}", ops[0]));
             }
@@ -466,13 +459,14 @@ fn infer(
             Ok(None)
         }
         DotGeneral => {
+            let a = view::<p::DotGeneral>(attrs)?;
             let dims = dot_general_dims(
                 &ops[0].dims,
                 &ops[1].dims,
-                ints(attrs, "lhs_batching_dimensions")?,
-                ints(attrs, "rhs_batching_dimensions")?,
-                ints(attrs, "lhs_contracting_dimensions")?,
-                ints(attrs, "rhs_contracting_dimensions")?,
+                a.lhs_batching_dimensions,
+                a.rhs_batching_dimensions,
+                a.lhs_contracting_dimensions,
+                a.rhs_contracting_dimensions,
             )?;
             if ops[0].dtype != ops[1].dtype {
                 return fail(format!("dot_general operand dtypes differ: {} vs {}", ops[0].dtype, ops[1].dtype));
@@ -483,14 +477,14 @@ fn infer(
         }
         Convolution => infer_convolution(ops, attrs, given1).map(|t| Some(vec![t])),
         Reduce => {
-            let dims = ints(attrs, "dimensions")?;
+            let dims = view::<p::Reduce>(attrs)?.dimensions;
             check_dim_list("reduce dimensions", ops[0].rank(), dims.iter(), true)?;
             one(ops[0].with_dims(
                 ops[0].dims.iter().enumerate().filter(|(i, _)| !dims.contains(&(*i as i64))).map(|(_, d)| d.clone()),
             ))
         }
         ArgReduce => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::ArgReduce>(attrs)?.dimension;
             check_dim_list("arg_reduce dimension", ops[0].rank(), [d].iter(), true)?;
             let dtype = given1.map_or(DType::I64, |t| t.dtype);
             if !dtype.is_int() {
@@ -517,7 +511,8 @@ fn infer(
             one(ops[0].clone())
         }
         SelectAndScatterAdd => {
-            let t = infer_reduce_window_shape(ops[0], attrs, None, None)?;
+            let a = view::<p::SelectAndScatterAdd>(attrs)?;
+            let t = infer_reduce_window_shape(ops[0], [a.window_dimensions, a.window_strides, a.padding], None, None)?;
             if t.dims != ops[1].dims || t.dtype != ops[1].dtype {
                 return fail(format!("source must have the window output type {t}, got {}", ops[1]));
             }
@@ -541,7 +536,7 @@ fn infer(
             if r < 2 || b.rank() != r || a.dims[r - 1] != a.dims[r - 2] || a.dims[..r - 2] != b.dims[..r - 2] {
                 return fail(format!("triangular_solve needs a [..., n, n] and b [..., n, m] or [..., m, n] with equal batch dims, got {a} and {b}"));
             }
-            let left = attrs.bool("left_side").unwrap_or(true);
+            let left = view::<p::TriangularSolve>(attrs)?.left_side;
             let k = if left { r - 2 } else { r - 1 };
             if b.dims[k] != a.dims[r - 1] {
                 return fail(format!("triangular_solve: {b} does not match the side of {a}"));
@@ -596,9 +591,12 @@ fn infer(
         }
         AllReduce | CollectiveBroadcast => one(ops[0].clone()),
         AllGather | ReduceScatter | AllToAll => {
-            let d = int(attrs, "dimension")?;
+            let (d, n) = match opcode {
+                AllGather => view::<p::AllGather>(attrs).map(|a| (a.dimension, a.group_size))?,
+                ReduceScatter => view::<p::ReduceScatter>(attrs).map(|a| (a.dimension, a.group_size))?,
+                _ => view::<p::AllToAll>(attrs).map(|a| (a.dimension, a.group_size))?,
+            };
             check_dim_list("collective dimension", ops[0].rank(), [d].iter(), false)?;
-            let n = int(attrs, "group_size")?;
             if n < 1 {
                 return fail(format!("group_size must be positive, got {n}"));
             }
@@ -619,10 +617,7 @@ fn infer(
             one(ops[0].with_dims(dims))
         }
         Fft => {
-            let Some(ty) = attrs.get_enum::<FftType>("fft_type") else {
-                return fail("fft needs an fft_type (fft, ifft, rfft, irfft)");
-            };
-            let len = ints(attrs, "fft_length")?;
+            let p::Fft { fft_type: ty, fft_length: len } = view(attrs)?;
             let r = ops[0].rank();
             if len.is_empty() || len.len() > 3 || len.len() > r || len.iter().any(|&n| n < 1) {
                 return fail(format!("fft_length {len:?} must give 1 to 3 positive sizes of trailing dims of {}", ops[0]));
@@ -661,18 +656,18 @@ fn infer(
             one(TensorType::new(out_dtype, dims))
         }
         Sort => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::Sort>(attrs)?.dimension;
             check_dim_list("sort dimension", ops[0].rank(), [d].iter(), true)?;
             Ok(Some(vec![ops[0].clone(), ops[0].with_dtype(DType::I64)]))
         }
         Scan => {
-            let d = int(attrs, "dimension")?;
+            let d = view::<p::Scan>(attrs)?.dimension;
             check_dim_list("scan dimension", ops[0].rank(), [d].iter(), true)?;
             one(ops[0].clone())
         }
         Softmax | LogSoftmax => {
             need_float(opcode.name(), ops[0])?;
-            let d = int(attrs, "dimension")?;
+            let d = if opcode == Softmax { view::<p::Softmax>(attrs)?.dimension } else { view::<p::LogSoftmax>(attrs)?.dimension };
             check_dim_list("softmax dimension", ops[0].rank(), [d].iter(), true)?;
             one(ops[0].clone())
         }
@@ -682,7 +677,7 @@ fn infer(
         }
         LayerNorm => {
             need_float("layer_norm", ops[0])?;
-            let n = int(attrs, "normalized_rank")?;
+            let n = view::<p::LayerNorm>(attrs)?.normalized_rank;
             if n < 1 || n as usize > ops[0].rank() {
                 return fail(format!("normalized_rank {n} out of range for {}", ops[0]));
             }
@@ -723,7 +718,7 @@ fn infer(
         Return | Yield => Ok(Some(vec![])),
         // Result types come from the region's `yield`; the verifier checks them against it.
         Composite => {
-            if str_attr(attrs, "name")?.is_empty() {
+            if view::<p::Composite>(attrs)?.name.is_empty() {
                 return fail("composite name is empty");
             }
             Ok(None)
@@ -731,17 +726,15 @@ fn infer(
     }
 }
 
-fn window_attrs<'a>(attrs: &'a Attrs, rank: usize, names: &[&str]) -> RuleResult<Vec<&'a [i64]>> {
-    let mut out = Vec::new();
-    for n in names {
-        let v = ints(attrs, n)?;
-        let want = if *n == "padding" { 2 * rank } else { rank };
+/// Checks that window lists have an entry per dim (`padding`: two) of `rank` dims.
+fn window_attrs(rank: usize, lists: &[(&str, &[i64])]) -> RuleResult<()> {
+    for &(n, v) in lists {
+        let want = if n == "padding" { 2 * rank } else { rank };
         if v.len() != want {
             return fail(format!("`{n}` must have {want} entries, has {}", v.len()));
         }
-        out.push(v);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn window_out(size: i64, lo: i64, hi: i64, window: i64, stride: i64, base_dil: i64, win_dil: i64) -> RuleResult<i64> {
@@ -780,17 +773,19 @@ fn window_out_dim(size: &Dim, lo: i64, hi: i64, window: i64, stride: i64, base_d
     }
 }
 
+/// The result of a window over `x` given its `window_dimensions`, `window_strides` and
+/// `padding`.
 fn infer_reduce_window_shape(
     x: &TensorType,
-    attrs: &Attrs,
+    [wdims, wstrides, padding]: [&[i64]; 3],
     base: Option<&[i64]>,
     wdil: Option<&[i64]>,
 ) -> RuleResult<TensorType> {
     let r = x.rank();
-    let v = window_attrs(attrs, r, &["window_dimensions", "window_strides", "padding"])?;
+    window_attrs(r, &[("window_dimensions", wdims), ("window_strides", wstrides), ("padding", padding)])?;
     let mut dims = Vec::with_capacity(r);
     for i in 0..r {
-        let (w, s, lo, hi) = (v[0][i], v[1][i], v[2][2 * i], v[2][2 * i + 1]);
+        let (w, s, lo, hi) = (wdims[i], wstrides[i], padding[2 * i], padding[2 * i + 1]);
         let bd = base.map_or(1, |b| b[i]);
         let wd = wdil.map_or(1, |b| b[i]);
         if w == 1 && s == 1 && lo == 0 && hi == 0 && bd == 1 {
@@ -803,9 +798,10 @@ fn infer_reduce_window_shape(
 }
 
 fn infer_reduce_window(x: &TensorType, attrs: &Attrs) -> RuleResult<TensorType> {
-    let r = x.rank();
-    let v = window_attrs(attrs, r, &["base_dilations", "window_dilations"])?;
-    infer_reduce_window_shape(x, attrs, Some(v[0]), Some(v[1]))
+    let a = view::<p::ReduceWindow>(attrs)?;
+    window_attrs(x.rank(), &[("base_dilations", a.base_dilations), ("window_dilations", a.window_dilations)])?;
+    let window = [a.window_dimensions, a.window_strides, a.padding];
+    infer_reduce_window_shape(x, window, Some(a.base_dilations), Some(a.window_dilations))
 }
 
 fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorType>) -> RuleResult<TensorType> {
@@ -817,9 +813,10 @@ fn infer_convolution(ops: &[&TensorType], attrs: &Attrs, given: Option<&TensorTy
         return fail(format!("convolution operand dtypes differ: {} vs {}", lhs.dtype, rhs.dtype));
     }
     let sp = lhs.rank() - 2;
-    let v = window_attrs(attrs, sp, &["window_strides", "padding", "lhs_dilation", "rhs_dilation"])?;
-    let fgc = int(attrs, "feature_group_count")?;
-    let bgc = int(attrs, "batch_group_count")?;
+    let a = view::<p::Convolution>(attrs)?;
+    let v = [a.window_strides, a.padding, a.lhs_dilation, a.rhs_dilation];
+    window_attrs(sp, &[("window_strides", v[0]), ("padding", v[1]), ("lhs_dilation", v[2]), ("rhs_dilation", v[3])])?;
+    let (fgc, bgc) = (a.feature_group_count, a.batch_group_count);
     if fgc < 1 || bgc < 1 {
         return fail("group counts must be positive");
     }

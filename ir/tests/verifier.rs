@@ -39,6 +39,16 @@ fn each_broken_rule_is_reported() {
             "op `transpose`: missing required attribute `permutation`",
         ),
         (
+            "missing enum attribute",
+            module("    %1 = reduce %0 {dimensions = []} : tensor<4xf32>\n    return %1"),
+            "op `reduce`: missing required attribute `kind`",
+        ),
+        (
+            "enum attribute outside its words",
+            module("    %1 = reduce %0 {dimensions = [], kind = \"median\"} : tensor<4xf32>\n    return %1"),
+            "op `reduce`: reduction `median` is not one of sum, prod, max, min, and, or",
+        ),
+        (
             "wrong attribute kind",
             module("    %1 = transpose %0 {permutation = 0} : tensor<4xf32>\n    return %1"),
             "op `transpose`: attribute `permutation` must be of kind int list, got int",
@@ -149,4 +159,35 @@ fn errors_name_their_op() {
     let errs = verify(&m).unwrap_err();
     let op = errs[0].op.expect("the error names its op");
     assert_eq!(m.op(op).opcode(), Opcode::Neg);
+}
+
+/// Every op's typed attribute view is present on a verified module: for each op with required
+/// attributes, dropping any one of them makes the verifier refuse the op, naming the attribute.
+#[test]
+fn a_missing_required_attribute_is_a_verifier_error_and_no_view() {
+    let text = module(
+        "    %1 = reduce %0 {dimensions = [0], kind = \"max\"} : tensor<f32>\n    %2 = broadcast_in_dim %1 {broadcast_dimensions = []} : tensor<4xf32>\n    %3 = compare %0, %2 {direction = \"lt\"} : tensor<4xbool>\n    %4 = select %3, %0, %2 : tensor<4xf32>\n    return %4",
+    );
+    let m = parse_module(&text).unwrap();
+    assert!(verify(&m).is_ok());
+    let ops: Vec<OpId> = m.ops.keys().collect();
+    let red = m.op(ops[0]);
+    let r = red.payload::<payload::Reduce>();
+    assert_eq!((r.dimensions, r.kind), (&[0][..], ReduceKind::Max));
+    assert_eq!(m.op(ops[2]).payload::<payload::Compare>().direction, Direction::Lt);
+    for (i, &op) in ops.iter().enumerate() {
+        for spec in m.op(op).opcode().info().attrs.iter().filter(|s| s.required) {
+            let mut broken = m.clone();
+            broken.ops[op].attrs.remove(spec.name);
+            let errs: Vec<String> = verify(&broken).unwrap_err().iter().map(|e| e.to_string()).collect();
+            let want = format!("missing required attribute `{}`", spec.name);
+            assert!(errs.iter().any(|e| e.contains(&want)), "op {i}: want `{want}`, got {errs:?}");
+        }
+    }
+    let mut broken = m.clone();
+    broken.ops[ops[0]].attrs.remove("kind");
+    assert_eq!(payload::Reduce::of(&broken.op(ops[0]).attrs), None);
+    let panic = std::panic::catch_unwind(|| broken.op(ops[0]).payload::<payload::Reduce>()).unwrap_err();
+    let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("`reduce`") && msg.contains("`kind`"), "{msg}");
 }
