@@ -11,7 +11,7 @@
 
 use crate::util::{all_blocks, Inserter};
 use crate::{Pass, PassError};
-use tpuc_ir::{DType, Module, Opcode};
+use tpuc_ir::{payload, DType, Module, Opcode, Precision};
 
 pub struct Bf16Matmuls;
 
@@ -25,7 +25,10 @@ impl Pass for Bf16Matmuls {
         for b in all_blocks(m) {
             for op in m.block_ops(b) {
                 let d = &m.ops[op];
-                if !matches!(d.opcode(), Opcode::DotGeneral | Opcode::Convolution) || d.attrs.get("precision_scope").is_some() {
+                let scoped = |(_, scope): (Option<Precision>, Option<Precision>)| scope.is_some();
+                if !matches!(d.opcode(), Opcode::DotGeneral | Opcode::Convolution)
+                    || payload::matmul_precision(d).is_some_and(scoped)
+                {
                     continue;
                 }
                 let (l, r) = (d.operands()[0], d.operands()[1]);

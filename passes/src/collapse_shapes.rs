@@ -19,13 +19,9 @@
 
 use crate::util::{def_is, Inserter};
 use crate::{Pass, PassError};
-use tpuc_ir::{Attr, Attrs, Dim, Module, OpId, Opcode, ValueId};
+use tpuc_ir::{payload, Attrs, Dim, Module, OpId, Opcode, ValueId};
 
 pub struct CollapseShapes;
-
-fn ints_attr(name: &'static str, v: Vec<i64>) -> Attrs {
-    Attrs::new().with(name, Attr::Ints(v))
-}
 
 fn increasing(v: &[i64]) -> bool {
     v.windows(2).all(|w| w[0] < w[1])
@@ -55,35 +51,35 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
             if let Some(b) = def_is(m, x, BroadcastInDim) {
                 let s = m.ops[b].operands()[0];
                 if m.values[s].ty.rank() == 0 {
-                    return Some(Rewrite::New(BroadcastInDim, s, ints_attr("broadcast_dimensions", vec![])));
+                    return Some(Rewrite::New(BroadcastInDim, s, payload::BroadcastInDim { broadcast_dimensions: &[] }.attrs()));
                 }
             }
             None
         }
         Transpose => {
-            let p = d.attrs.ints("permutation")?;
+            let p = d.payload::<payload::Transpose>().permutation;
             if p.iter().enumerate().all(|(i, &v)| v == i as i64) {
                 return Some(Rewrite::Value(x));
             }
             if let Some(inner) = def_is(m, x, Transpose) {
-                let p1 = m.ops[inner].attrs.ints("permutation")?;
+                let p1 = m.ops[inner].payload::<payload::Transpose>().permutation;
                 let y = m.ops[inner].operands()[0];
                 let q: Vec<i64> = p.iter().map(|&i| p1[i as usize]).collect();
                 if q.iter().enumerate().all(|(i, &v)| v == i as i64) {
                     return Some(Rewrite::Value(y));
                 }
-                return Some(Rewrite::New(Transpose, y, ints_attr("permutation", q)));
+                return Some(Rewrite::New(Transpose, y, payload::Transpose { permutation: &q }.attrs()));
             }
             if let Some(b) = def_is(m, x, BroadcastInDim) {
                 let s = m.ops[b].operands()[0];
-                let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
+                let bd = m.ops[b].payload::<payload::BroadcastInDim>().broadcast_dimensions;
                 let mut pinv = vec![0i64; p.len()];
                 for (i, &src) in p.iter().enumerate() {
                     pinv[src as usize] = i as i64;
                 }
                 let nd: Vec<i64> = bd.iter().map(|&j| pinv[j as usize]).collect();
                 if increasing(&nd) {
-                    return Some(Rewrite::New(BroadcastInDim, s, ints_attr("broadcast_dimensions", nd)));
+                    return Some(Rewrite::New(BroadcastInDim, s, payload::BroadcastInDim { broadcast_dimensions: &nd }.attrs()));
                 }
             }
             // Only unit dims move: the same elements in the same order.
@@ -95,12 +91,12 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
             None
         }
         BroadcastInDim => {
-            let bd = d.attrs.ints("broadcast_dimensions")?;
+            let bd = d.payload::<payload::BroadcastInDim>().broadcast_dimensions;
             if let Some(inner) = def_is(m, x, BroadcastInDim) {
                 let y = m.ops[inner].operands()[0];
-                let bd1 = m.ops[inner].attrs.ints("broadcast_dimensions")?;
+                let bd1 = m.ops[inner].payload::<payload::BroadcastInDim>().broadcast_dimensions;
                 let nd: Vec<i64> = bd1.iter().map(|&j| bd[j as usize]).collect();
-                return Some(Rewrite::New(BroadcastInDim, y, ints_attr("broadcast_dimensions", nd)));
+                return Some(Rewrite::New(BroadcastInDim, y, payload::BroadcastInDim { broadcast_dimensions: &nd }.attrs()));
             }
             if let Some(inner) = def_is(m, x, Reshape) {
                 let y = m.ops[inner].operands()[0];
@@ -114,7 +110,7 @@ fn rule(m: &Module, op: OpId) -> Option<Rewrite> {
                 }
                 let nd: Vec<i64> = nx.iter().map(|(j, _)| bd[*j]).collect();
                 if increasing(&nd) {
-                    return Some(Rewrite::New(BroadcastInDim, y, ints_attr("broadcast_dimensions", nd)));
+                    return Some(Rewrite::New(BroadcastInDim, y, payload::BroadcastInDim { broadcast_dimensions: &nd }.attrs()));
                 }
             }
             None
@@ -131,9 +127,9 @@ fn unbroadcast_dot_rhs(m: &Module, op: OpId) -> Option<(ValueId, Vec<i64>)> {
     let rhs = d.operands()[1];
     let b = def_is(m, rhs, Opcode::BroadcastInDim)?;
     let w = m.ops[b].operands()[0];
-    let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
-    let (lb, rb) = (d.attrs.ints("lhs_batching_dimensions")?, d.attrs.ints("rhs_batching_dimensions")?);
-    let rc = d.attrs.ints("rhs_contracting_dimensions")?;
+    let bd = m.ops[b].payload::<payload::BroadcastInDim>().broadcast_dimensions;
+    let dot = d.payload::<payload::DotGeneral>();
+    let (lb, rb, rc) = (dot.lhs_batching_dimensions, dot.rhs_batching_dimensions, dot.rhs_contracting_dimensions);
     if lb.is_empty() || !increasing(bd) || lb.iter().enumerate().any(|(i, &x)| x != i as i64) {
         return None;
     }
@@ -159,9 +155,14 @@ pub fn collapse_op(m: &mut Module, op: OpId) -> Result<bool, PassError> {
         let Some((w, nc)) = unbroadcast_dot_rhs(m, op) else { return Ok(false) };
         m.set_operand(op, 1, w);
         let d = &mut m.ops[op];
-        d.attrs.set("lhs_batching_dimensions", Attr::Ints(vec![]));
-        d.attrs.set("rhs_batching_dimensions", Attr::Ints(vec![]));
-        d.attrs.set("rhs_contracting_dimensions", Attr::Ints(nc));
+        let unbatched = payload::DotGeneral {
+            lhs_batching_dimensions: &[],
+            rhs_batching_dimensions: &[],
+            rhs_contracting_dimensions: &nc,
+            ..d.payload()
+        };
+        let attrs = unbatched.attrs();
+        d.attrs.update(attrs);
         return Ok(true);
     }
     let Some(rw) = rule(m, op) else { return Ok(false) };

@@ -19,7 +19,7 @@
 
 use crate::util::{def_is, exactly_representable, is_splat, splat_of, Inserter};
 use crate::{Pass, PassError};
-use tpuc_ir::{Attrs, Module, OpId, Opcode, ValueId};
+use tpuc_ir::{payload, Attrs, Module, OpId, Opcode, ValueId};
 
 pub struct FoldTrivial;
 
@@ -85,22 +85,24 @@ fn simplify(m: &mut Module, op: OpId) -> Result<Option<ValueId>, PassError> {
             }
         }
         Reshape if same(xs[0]) => Some(xs[0]),
-        BroadcastInDim if same(xs[0]) && identity_perm(d.attrs.ints("broadcast_dimensions").unwrap_or(&[])) => Some(xs[0]),
-        Transpose if identity_perm(d.attrs.ints("permutation").unwrap_or(&[])) => Some(xs[0]),
-        Slice if same(xs[0])
-            && d.attrs.ints("strides").is_some_and(|s| s.iter().all(|&s| s == 1))
-            && d.attrs.ints("start_indices").is_some_and(|s| s.iter().all(|&s| s == 0)) =>
+        BroadcastInDim if same(xs[0]) && identity_perm(d.payload::<payload::BroadcastInDim>().broadcast_dimensions) => Some(xs[0]),
+        Transpose if identity_perm(d.payload::<payload::Transpose>().permutation) => Some(xs[0]),
+        Slice if same(xs[0]) && {
+            let s = d.payload::<payload::Slice>();
+            s.strides.iter().all(|&s| s == 1) && s.start_indices.iter().all(|&s| s == 0)
+        } =>
         {
             Some(xs[0])
         }
-        Pad if ["edge_padding_low", "edge_padding_high", "interior_padding"]
-            .iter()
-            .all(|n| d.attrs.ints(n).is_some_and(|s| s.iter().all(|&s| s == 0))) =>
+        Pad if {
+            let p = d.payload::<payload::Pad>();
+            [p.edge_padding_low, p.edge_padding_high, p.interior_padding].iter().all(|s| s.iter().all(|&s| s == 0))
+        } =>
         {
             Some(xs[0])
         }
         Concatenate if xs.len() == 1 => Some(xs[0]),
-        Reduce if d.attrs.ints("dimensions").is_some_and(|s| s.is_empty()) && same(xs[0]) => Some(xs[0]),
+        Reduce if d.payload::<payload::Reduce>().dimensions.is_empty() && same(xs[0]) => Some(xs[0]),
         _ => None,
     };
     Ok(r)

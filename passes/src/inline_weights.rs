@@ -10,7 +10,7 @@
 
 use crate::{Pass, PassError};
 use std::collections::BTreeMap;
-use tpuc_ir::{Attr, Attrs, Module, Opcode, TensorData};
+use tpuc_ir::{payload, Module, Opcode, TensorData};
 
 pub struct InlineWeights<'w> {
     pub weights: &'w BTreeMap<String, TensorData>,
@@ -50,7 +50,7 @@ impl Pass for InlineWeights<'_> {
                 return Err(fail(format!("weight `{}` has type {} but the argument is {ty}", info.name, data.ty)));
             }
             let op = m
-                .create_op(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data.clone())), None, &[])
+                .create_op(Opcode::Constant, &[], payload::Constant { value: data }.attrs(), None, &[])
                 .map_err(|e| fail(e.to_string()))?;
             match last {
                 Some(p) => m.insert_op_after(p, op),

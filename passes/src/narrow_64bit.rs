@@ -23,7 +23,7 @@ use crate::{Pass, PassError};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use tpuc_ir::{Attrs, DType, Module, OpId, Opcode, ReduceKind, Scalar, ScanKind, TensorData, TensorType, ValueId};
+use tpuc_ir::{payload, Attrs, DType, Module, OpId, Opcode, ReduceKind, Scalar, TensorData, TensorType, ValueId};
 
 #[derive(Default)]
 pub struct Narrow64 {
@@ -131,14 +131,14 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
     let r = |i: usize| st.range_of(m, d.operands()[i]);
     let rt = &m.values[d.results()[0]].ty;
     Some(match d.opcode() {
-        Constant => int_data_range(d.attrs.tensor("value")?)?,
+        Constant => int_data_range(d.payload::<payload::Constant>().value)?,
         Iota => {
-            let n = rt.dims.get(d.attrs.int("dimension")? as usize)?.as_static()?;
+            let n = rt.dims.get(d.payload::<payload::Iota>().dimension as usize)?.as_static()?;
             (0, (n - 1).max(0) as i128)
         }
         ArgReduce => {
             let x = &m.values[d.operands()[0]].ty;
-            let n = x.dims.get(d.attrs.int("dimension")? as usize)?.as_static()?;
+            let n = x.dims.get(d.payload::<payload::ArgReduce>().dimension as usize)?.as_static()?;
             (0, (n - 1).max(0) as i128)
         }
         Convert => {
@@ -214,13 +214,14 @@ fn result_range(m: &Module, st: &State, op: OpId) -> Option<Range> {
         Reduce | Scan => {
             let a = r(0)?;
             let x = &m.values[d.operands()[0]].ty;
-            let n: i128 = if d.opcode() == Reduce {
-                let dims = d.attrs.ints("dimensions")?;
-                dims.iter().map(|&i| x.dims.get(i as usize).and_then(|d| d.as_static()).map(|v| v as i128)).product::<Option<i128>>()?
+            let (n, kind): (i128, ReduceKind) = if d.opcode() == Reduce {
+                let payload::Reduce { dimensions, kind } = d.payload();
+                let static_dim = |i: i64| x.dims.get(i as usize).and_then(|d| d.as_static()).map(|v| v as i128);
+                (dimensions.iter().map(|&i| static_dim(i)).product::<Option<i128>>()?, kind)
             } else {
-                x.dims.get(d.attrs.int("dimension")? as usize)?.as_static()? as i128
+                let payload::Scan { dimension, kind } = d.payload();
+                (x.dims.get(dimension as usize)?.as_static()? as i128, kind.into())
             };
-            let kind = if d.opcode() == Reduce { d.attrs.get_enum::<ReduceKind>("kind")? } else { d.attrs.get_enum::<ScanKind>("kind")?.into() };
             match kind {
                 ReduceKind::Max | ReduceKind::Min => a,
                 ReduceKind::Sum => (a.0.min(n * a.0), a.1.max(n * a.1)),
@@ -290,9 +291,8 @@ impl Narrow64 {
                 }
             }
             if retyped_f64 && opcode == Opcode::Constant {
-                let t = m.ops[op].attrs.tensor("value").cloned();
-                if let Some(t) = t.and_then(|t| retype_data(&t, DType::F32)) {
-                    m.ops[op].attrs.set("value", tpuc_ir::Attr::Tensor(t));
+                if let Some(t) = retype_data(m.ops[op].payload::<payload::Constant>().value, DType::F32) {
+                    m.ops[op].attrs.update(payload::Constant { value: &t }.attrs());
                 }
             }
             // i64: narrow the result when its range fits and its dtype group is narrowed.
@@ -316,9 +316,8 @@ impl Narrow64 {
                 let ok_opcode = !matches!(opcode, Opcode::Sort | Opcode::Scatter | Opcode::DotGeneral | Opcode::Convolution | Opcode::ReduceWindow | Opcode::Composite);
                 narrow_result = ok_opcode && m.ops[op].regions().is_empty() && range.is_some_and(fits) && (!shares || group_narrowed);
                 if opcode == Opcode::Constant && narrow_result {
-                    let t = m.ops[op].attrs.tensor("value").cloned();
-                    match t.and_then(|t| retype_data(&t, DType::I32)) {
-                        Some(t) => m.ops[op].attrs.set("value", tpuc_ir::Attr::Tensor(t)),
+                    match retype_data(m.ops[op].payload::<payload::Constant>().value, DType::I32) {
+                        Some(t) => m.ops[op].attrs.update(payload::Constant { value: &t }.attrs()),
                         None => narrow_result = false,
                     }
                 }

@@ -15,7 +15,7 @@
 
 use crate::util::all_blocks;
 use crate::{Pass, PassError, Precision};
-use tpuc_ir::{AttrEnum, Module};
+use tpuc_ir::{payload, Module};
 
 pub struct SetPrecision {
     /// Matmuls and attention.
@@ -39,11 +39,12 @@ impl Pass for SetPrecision {
                 }
                 let dt = m.values[d.operands()[0]].ty.dtype;
                 let policy = if d.opcode() == tpuc_ir::Opcode::Convolution { self.conv } else { self.precision };
-                let want = d.attrs.get_enum::<Precision>("precision_scope").unwrap_or(policy);
-                if !(dt.is_float() || dt.is_complex()) || d.attrs.get_enum::<Precision>("precision") == Some(want) {
+                let Some((precision, scope)) = payload::matmul_precision(d) else { continue };
+                let want = scope.unwrap_or(policy);
+                if !(dt.is_float() || dt.is_complex()) || precision == Some(want) {
                     continue;
                 }
-                m.ops[op].attrs.set("precision", want.attr());
+                payload::set_matmul_precision(&mut m.ops[op], want);
                 changed = true;
             }
         }

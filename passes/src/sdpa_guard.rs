@@ -24,7 +24,7 @@ use crate::eval::eval_f64s;
 use crate::util::{all_blocks, def_is, def_op, splat_f64, unary};
 use crate::{Pass, PassError};
 use std::collections::HashMap;
-use tpuc_ir::{Direction, Module, OpId, Opcode, ReduceKind, ValueId};
+use tpuc_ir::{payload, Direction, Module, OpId, Opcode, ReduceKind, ValueId};
 
 pub struct SdpaGuard;
 
@@ -49,7 +49,7 @@ fn not_neg_inf_of(m: &Module, v: ValueId) -> Option<ValueId> {
         None => (def_is(m, v, Opcode::Compare)?, Direction::Ne),
     };
     let d = &m.ops[cmp];
-    if d.attrs.get_enum::<Direction>("direction") != Some(want) {
+    if d.payload::<payload::Compare>().direction != want {
         return None;
     }
     let (a, b) = (d.operands()[0], d.operands()[1]);
@@ -73,13 +73,14 @@ fn match_guard(m: &Module, sel: OpId) -> Option<(ValueId, ValueId, i64)> {
         return None;
     }
     let sm = def_is(m, p, Opcode::Softmax)?;
-    let dim = m.ops[sm].attrs.int("dimension")?;
+    let dim = m.ops[sm].payload::<payload::Softmax>().dimension;
     let s = m.ops[sm].operands()[0];
     let none_kept = strip_shape(m, pred);
     let any_kept = strip_shape(m, unary(m, none_kept, Opcode::Not)?);
     let red = def_is(m, any_kept, Opcode::Reduce)?;
     let rd = &m.ops[red];
-    if rd.attrs.get_enum::<ReduceKind>("kind") != Some(ReduceKind::Or) || rd.attrs.ints("dimensions") != Some(&[dim][..]) {
+    let reduce = rd.payload::<payload::Reduce>();
+    if reduce.kind != ReduceKind::Or || reduce.dimensions != [dim] {
         return None;
     }
     let scores = not_neg_inf_of(m, rd.operands()[0])?;
@@ -118,7 +119,7 @@ fn every_row_keeps(m: &Module, mask_bcast: ValueId, dim: i64, test: Test, proofs
         let od = &m.ops[op];
         match od.opcode() {
             Opcode::BroadcastInDim => {
-                let bd = od.attrs.ints("broadcast_dimensions").unwrap_or(&[]);
+                let bd = od.payload::<payload::BroadcastInDim>().broadcast_dimensions;
                 d = d.and_then(|d| bd.iter().position(|&x| x == d as i64));
                 v = od.operands()[0];
             }

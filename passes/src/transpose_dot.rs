@@ -19,23 +19,22 @@
 
 use crate::util::{all_blocks, def_is};
 use crate::{Pass, PassError};
-use tpuc_ir::{Attr, Module, OpId, Opcode};
+use tpuc_ir::{payload, Module, OpId, Opcode};
 
 pub struct TransposeIntoDot;
-
-const NAMES: [[&str; 2]; 2] = [
-    ["lhs_batching_dimensions", "lhs_contracting_dimensions"],
-    ["rhs_batching_dimensions", "rhs_contracting_dimensions"],
-];
 
 /// Folds a transposed operand `side` (0 = lhs, 1 = rhs) of `dot`; returns whether it did.
 fn fold_side(m: &mut Module, dot: OpId, side: usize) -> bool {
     let operand = m.ops[dot].operands()[side];
     let Some(t) = def_is(m, operand, Opcode::Transpose) else { return false };
-    let Some(p) = m.ops[t].attrs.ints("permutation").map(<[i64]>::to_vec) else { return false };
+    let p = m.ops[t].payload::<payload::Transpose>().permutation;
     let x = m.ops[t].operands()[0];
-    let a = &m.ops[dot].attrs;
-    let (Some(batch), Some(contract)) = (a.ints(NAMES[side][0]), a.ints(NAMES[side][1])) else { return false };
+    let a = m.ops[dot].payload::<payload::DotGeneral>();
+    let (batch, contract) = if side == 0 {
+        (a.lhs_batching_dimensions, a.lhs_contracting_dimensions)
+    } else {
+        (a.rhs_batching_dimensions, a.rhs_contracting_dimensions)
+    };
     let free: Vec<i64> = (0..p.len() as i64).filter(|i| !batch.contains(i) && !contract.contains(i)).collect();
     let mapped_free: Vec<i64> = free.iter().map(|&i| p[i as usize]).collect();
     if mapped_free.windows(2).any(|w| w[0] > w[1]) {
@@ -43,9 +42,13 @@ fn fold_side(m: &mut Module, dot: OpId, side: usize) -> bool {
     }
     let nb: Vec<i64> = batch.iter().map(|&i| p[i as usize]).collect();
     let nc: Vec<i64> = contract.iter().map(|&i| p[i as usize]).collect();
-    let d = &mut m.ops[dot];
-    d.attrs.set(NAMES[side][0], Attr::Ints(nb));
-    d.attrs.set(NAMES[side][1], Attr::Ints(nc));
+    let folded = if side == 0 {
+        payload::DotGeneral { lhs_batching_dimensions: &nb, lhs_contracting_dimensions: &nc, ..a }
+    } else {
+        payload::DotGeneral { rhs_batching_dimensions: &nb, rhs_contracting_dimensions: &nc, ..a }
+    };
+    let attrs = folded.attrs();
+    m.ops[dot].attrs.update(attrs);
     m.set_operand(dot, side, x);
     true
 }

@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 use tpuc_ir::{
-    Attr, Attrs, BlockId, DType, IrError, LocId, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueDef, ValueId,
+    payload, Attrs, BlockId, DType, IrError, LocId, Module, OpId, Opcode, Scalar, TensorData, TensorType, ValueDef, ValueId,
 };
 
 /// Every block of every function, nested regions included, outer blocks first.
@@ -47,7 +47,7 @@ pub fn def_is(m: &Module, v: ValueId, want: Opcode) -> Option<OpId> {
 
 /// The constant data of `v` if a `constant` op defines it.
 pub fn constant_of(m: &Module, v: ValueId) -> Option<&TensorData> {
-    def_is(m, v, Opcode::Constant).and_then(|o| m.ops[o].attrs.tensor("value"))
+    def_is(m, v, Opcode::Constant).map(|o| m.ops[o].payload::<payload::Constant>().value)
 }
 
 /// The single value every element of `v` has, if `v` is a splat constant (or a one-element
@@ -58,7 +58,7 @@ pub fn splat_of(m: &Module, v: ValueId) -> Option<Scalar> {
         let op = def_op(m, v)?;
         let d = &m.ops[op];
         match d.opcode() {
-            Opcode::Constant => return d.attrs.tensor("value")?.splat_value(),
+            Opcode::Constant => return d.payload::<payload::Constant>().value.splat_value(),
             Opcode::BroadcastInDim | Opcode::Reshape => v = d.operands()[0],
             _ => return None,
         }
@@ -143,7 +143,7 @@ impl<'m> Inserter<'m> {
     }
 
     pub fn constant(&mut self, data: TensorData) -> Result<ValueId, IrError> {
-        self.build1(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(data)), None)
+        self.build1(Opcode::Constant, &[], payload::Constant { value: &data }.attrs(), None)
     }
 
     /// Converts to `dtype` (returns `x` when it has that dtype already).

@@ -25,27 +25,23 @@
 
 use crate::util::{all_blocks, Inserter};
 use crate::{Pass, PassError};
-use tpuc_ir::{Attr, Attrs, Module, OpId, Opcode, TensorType};
+use tpuc_ir::{payload, Attrs, Module, OpId, Opcode, TensorType};
 
 pub struct WeightsLhs;
-
-fn ints<'a>(a: &'a Attrs, k: &str) -> &'a [i64] {
-    a.ints(k).unwrap_or(&[])
-}
 
 /// Whether `dot` is `x[.., K] · w[N, K]ᵀ` with `w` the larger operand.
 fn applies(m: &Module, dot: OpId) -> bool {
     let d = &m.ops[dot];
-    let a = &d.attrs;
+    let a = d.payload::<payload::DotGeneral>();
     let (lt, rt) = (&m.values[d.operands()[0]].ty, &m.values[d.operands()[1]].ty);
     let (Some(ln), Some(rn)) = (lt.num_elements(), rt.num_elements()) else { return false };
     let lr = lt.rank() as i64;
-    ints(a, "lhs_batching_dimensions").is_empty()
-        && ints(a, "rhs_batching_dimensions").is_empty()
+    a.lhs_batching_dimensions.is_empty()
+        && a.rhs_batching_dimensions.is_empty()
         && rt.rank() == 2
         && lr >= 2
-        && ints(a, "rhs_contracting_dimensions") == [1]
-        && ints(a, "lhs_contracting_dimensions") == [lr - 1]
+        && a.rhs_contracting_dimensions == [1]
+        && a.lhs_contracting_dimensions == [lr - 1]
         && rn > ln
         && rn >= MIN_WEIGHT_ELEMENTS
 }
@@ -61,8 +57,8 @@ fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
     let (x, w) = (d.operands()[0], d.operands()[1]);
     let lr = m.values[x].ty.rank() as i64;
     let mut attrs = d.attrs.clone();
-    attrs.set("lhs_contracting_dimensions", Attr::Ints(vec![1]));
-    attrs.set("rhs_contracting_dimensions", Attr::Ints(vec![lr - 1]));
+    let swapped = payload::DotGeneral { lhs_contracting_dimensions: &[1], rhs_contracting_dimensions: &[lr - 1], ..d.payload() };
+    attrs.update(swapped.attrs());
     let mut ins = Inserter::before(m, dot);
     let swapped = ins.build1(Opcode::DotGeneral, &[w, x], attrs, None).map_err(fail)?;
     // [N, f0, .., f(r-2)] → [f0, .., f(r-2), N]. A rank-2 `transpose(dot(w, x))` XLA's
@@ -78,7 +74,7 @@ fn rewrite(m: &mut Module, dot: OpId) -> Result<(), PassError> {
     };
     let mut ins = Inserter::before(m, dot);
     let mut back = ins
-        .build1(Opcode::Transpose, &[src], Attrs::new().with("permutation", Attr::Ints(perm)), None)
+        .build1(Opcode::Transpose, &[src], payload::Transpose { permutation: &perm }.attrs(), None)
         .map_err(fail)?;
     if lr == 2 {
         let rt = m.values[m.ops[dot].results()[0]].ty.clone();

@@ -15,7 +15,7 @@
 
 use super::eval_value;
 use std::collections::HashMap;
-use tpuc_ir::{Direction, DType, Module, Opcode, Scalar, ValueId};
+use tpuc_ir::{payload, DType, Module, Opcode, Scalar, ValueId};
 
 /// A static-shaped value as numbers in row-major order.
 #[derive(Clone, Debug)]
@@ -83,7 +83,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
     let a = &d.attrs;
     let vals: Vec<f64> = match d.opcode() {
         Opcode::Constant => {
-            let t = a.tensor("value")?;
+            let t = payload::Constant::of(a)?.value;
             let read = |s: Scalar| match s {
                 Scalar::Float(f) => Some(f),
                 Scalar::Int(i) => Some(i as f64),
@@ -97,14 +97,14 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
             }
         }
         Opcode::Iota => {
-            let dim = usize::try_from(a.int("dimension")?).ok().filter(|&k| k < dims.len())?;
+            let dim = usize::try_from(payload::Iota::of(a)?.dimension).ok().filter(|&k| k < dims.len())?;
             let inner: i64 = dims[dim + 1..].iter().product();
             (0..n as i64).map(|i| fit(dtype, ((i / inner) % dims[dim]) as f64)).collect::<Option<_>>()?
         }
         Opcode::Reshape => args[0].vals.clone(),
         Opcode::BroadcastInDim => {
             let x = &args[0];
-            let bd = a.ints("broadcast_dimensions")?;
+            let bd = payload::BroadcastInDim::of(a)?.broadcast_dimensions;
             let xs = super::strides(&x.dims);
             // Source stride of each result dim (0 where the operand has no such dim or size 1).
             let mut src = vec![0i64; dims.len()];
@@ -117,7 +117,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
         }
         Opcode::Transpose => {
             let x = &args[0];
-            let p = a.ints("permutation")?;
+            let p = payload::Transpose::of(a)?.permutation;
             let xs = super::strides(&x.dims);
             let src: Vec<i64> = p.iter().map(|&k| xs[k as usize]).collect();
             gather(&dims, &src, &x.vals)
@@ -157,7 +157,7 @@ fn col_uncached(m: &Module, v: ValueId, limit: i64, memo: &mut HashMap<ValueId, 
             zip(&args[0].vals, &args[1].vals, |x, y| Some(f64::from(u8::from(f(x != 0.0, y != 0.0)))))?
         }
         Opcode::Compare => {
-            let dir = a.get_enum::<Direction>("direction")?;
+            let dir = payload::Compare::of(a)?.direction;
             zip(&args[0].vals, &args[1].vals, |x, y| Some(f64::from(u8::from(dir.holds(x.partial_cmp(&y))))))?
         }
         Opcode::Select => {
@@ -220,7 +220,7 @@ fn zip(x: &[f64], y: &[f64], f: impl Fn(f64, f64) -> Option<f64>) -> Option<Vec<
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use tpuc_ir::{ArgInfo, Attr, AttrEnum, Attrs, Builder, TensorData, TensorType};
+    use tpuc_ir::{ArgInfo, AttrEnum, Builder, Direction, TensorData, TensorType};
 
     /// Random graphs of the handled ops over [3, 4] values, some with dtypes or results the
     /// columnar path refuses; wherever both evaluate, they must agree bit for bit.
@@ -266,7 +266,7 @@ mod tests {
                 7 => bl.binary([Opcode::And, Opcode::Or, Opcode::Xor][z as usize % 3], a, c).ok(),
                 _ => {
                     let two = TensorData::splat(TensorType::scalar(ta.dtype), Scalar::Int(2)).unwrap();
-                    let s = bl.build1(Opcode::Constant, &[], Attrs::new().with("value", Attr::Tensor(two)), None).ok();
+                    let s = bl.build1(Opcode::Constant, &[], payload::Constant { value: &two }.attrs(), None).ok();
                     s.and_then(|s| bl.broadcast_in_dim(s, &[], ta.dims.to_vec()).ok())
                 }
             };

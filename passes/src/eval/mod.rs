@@ -32,7 +32,7 @@ pub use columns::eval_f64s;
 pub use run::run_reference;
 
 use bytes::Bytes;
-use tpuc_ir::{Attrs, DType, Direction, Module, OpId, Opcode, ReduceKind, Scalar, TensorData, TensorType, ValueId};
+use tpuc_ir::{payload, Attrs, DType, Module, OpId, Opcode, ReduceKind, Scalar, TensorData, TensorType, ValueId};
 
 /// Folding limit for results computed element by element (splats are always cheap).
 pub const ARITH_LIMIT: i64 = 1 << 16;
@@ -263,7 +263,7 @@ fn elementwise(opcode: Opcode, dtype: DType, attrs: &Attrs, xs: &[N]) -> Option<
             }
         }
         Compare => {
-            let dir = attrs.get_enum::<Direction>("direction")?;
+            let dir = payload::Compare::of(attrs)?.direction;
             // Floats compare as IEEE does (NaN is unordered: only `ne` holds).
             let r = dir.holds(match (xs[0], xs[1]) {
                 (N::F(a), N::F(b)) => a.partial_cmp(&b),
@@ -337,9 +337,9 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
     let n = rt.num_elements()?;
     let limit = cx.arith_limit;
     match opcode {
-        Constant => a.tensor("value").cloned(),
+        Constant => Some(payload::Constant::of(a)?.value.clone()),
         BroadcastInDim => {
-            let bd = a.ints("broadcast_dimensions")?;
+            let bd = payload::BroadcastInDim::of(a)?.broadcast_dimensions;
             let x = args[0];
             let xd = x.ty.static_dims()?;
             let xs = strides(&xd);
@@ -349,19 +349,19 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
         }
         Reshape => args[0].reshaped(rt).ok(),
         Transpose => {
-            let p = a.ints("permutation")?;
+            let p = payload::Transpose::of(a)?.permutation;
             let x = args[0];
             let xs = strides(&x.ty.static_dims()?);
             gather_bytes(x, &rt, cx.move_limit, |idx| p.iter().enumerate().map(|(i, &src)| idx[i] * xs[src as usize]).sum())
         }
         Slice => {
-            let (s, st) = (a.ints("start_indices")?, a.ints("strides")?);
+            let payload::Slice { start_indices: s, strides: st, .. } = payload::Slice::of(a)?;
             let x = args[0];
             let xs = strides(&x.ty.static_dims()?);
             gather_bytes(x, &rt, cx.move_limit, |idx| idx.iter().enumerate().map(|(i, &j)| (s[i] + j * st[i]) * xs[i]).sum())
         }
         Reverse => {
-            let dims = a.ints("dimensions")?;
+            let dims = payload::Reverse::of(a)?.dimensions;
             let x = args[0];
             let xd = x.ty.static_dims()?;
             let xs = strides(&xd);
@@ -373,7 +373,7 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
             if n > cx.move_limit {
                 return None;
             }
-            let dim = a.int("dimension")? as usize;
+            let dim = payload::Concatenate::of(a)?.dimension as usize;
             let sz = rt.dtype.size_bytes();
             let mut out = Vec::with_capacity(n as usize * sz);
             let mut dense: Vec<Bytes> = Vec::new();
@@ -395,7 +395,7 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
             if n > limit || !supported(rt.dtype) {
                 return None;
             }
-            let dim = a.int("dimension")? as usize;
+            let dim = payload::Iota::of(a)?.dimension as usize;
             let mut vals = Vec::with_capacity(n as usize);
             for_each_index(&rdims, |_, idx| {
                 vals.push(if rt.dtype.is_float() { N::F(idx[dim] as f64) } else { N::I(idx[dim]) })
@@ -451,12 +451,12 @@ fn eval_one(opcode: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorType, cx
         }
         Reduce => {
             let x = args[0];
-            let kind = match (a.get_enum::<ReduceKind>("kind")?, x.ty.dtype == DType::Bool) {
+            let payload::Reduce { dimensions: dims, kind } = payload::Reduce::of(a)?;
+            let kind = match (kind, x.ty.dtype == DType::Bool) {
                 (ReduceKind::Max | ReduceKind::Sum, true) => ReduceKind::Or,
                 (ReduceKind::Min | ReduceKind::Prod, true) => ReduceKind::And,
                 (k, _) => k,
             };
-            let dims = a.ints("dimensions")?;
             let xd = x.ty.static_dims()?;
             let total = x.ty.num_elements()?;
             let dtype = x.ty.dtype;
@@ -609,16 +609,16 @@ mod tests {
         let ty = |dims: &[i64]| TensorType::from_static(DType::I8, dims);
         let x = TensorData::new(ty(&[2, 2]), vec![0b0110u8, 0b0011, 0x80, 0x7f].into()).unwrap();
         let empty = TensorData::new(ty(&[2, 0]), Vec::new().into()).unwrap();
-        let reduce = |x: &TensorData, kind: &str| {
-            let a = Attrs::new().with("dimensions", tpuc_ir::Attr::Ints(vec![1])).with("kind", tpuc_ir::Attr::Str(kind.into()));
+        let reduce = |x: &TensorData, kind: ReduceKind| {
+            let a = payload::Reduce { dimensions: &[1], kind }.attrs();
             to_f64s(&eval_one(Opcode::Reduce, &a, &[x], &ty(&[2]), Ctx::exact(ARITH_LIMIT)).unwrap())
         };
-        assert_eq!(reduce(&x, "and"), [2.0, 0.0]);
-        assert_eq!(reduce(&x, "or"), [7.0, -1.0]);
-        assert_eq!(reduce(&x, "max"), [6.0, 127.0]);
-        assert_eq!(reduce(&empty, "max"), [-128.0, -128.0]);
-        assert_eq!(reduce(&empty, "min"), [127.0, 127.0]);
-        assert_eq!(reduce(&empty, "and"), [-1.0, -1.0]);
+        assert_eq!(reduce(&x, ReduceKind::And), [2.0, 0.0]);
+        assert_eq!(reduce(&x, ReduceKind::Or), [7.0, -1.0]);
+        assert_eq!(reduce(&x, ReduceKind::Max), [6.0, 127.0]);
+        assert_eq!(reduce(&empty, ReduceKind::Max), [-128.0, -128.0]);
+        assert_eq!(reduce(&empty, ReduceKind::Min), [127.0, 127.0]);
+        assert_eq!(reduce(&empty, ReduceKind::And), [-1.0, -1.0]);
     }
 
     #[test]
@@ -627,8 +627,8 @@ mod tests {
         // has infinities, so they stay the identities there.
         for (dt, high) in [(DType::F8E4M3FN, 448.0), (DType::F8E5M2, f64::INFINITY)] {
             let empty = TensorData::new(TensorType::from_static(dt, &[2, 0]), Vec::new().into()).unwrap();
-            for (kind, want) in [("max", -high), ("min", high)] {
-                let a = Attrs::new().with("dimensions", tpuc_ir::Attr::Ints(vec![1])).with("kind", tpuc_ir::Attr::Str(kind.into()));
+            for (kind, want) in [(ReduceKind::Max, -high), (ReduceKind::Min, high)] {
+                let a = payload::Reduce { dimensions: &[1], kind }.attrs();
                 for cx in [Ctx::exact(ARITH_LIMIT), Ctx::REFERENCE] {
                     let r = eval_one(Opcode::Reduce, &a, &[&empty], &TensorType::from_static(dt, &[2]), cx).unwrap();
                     assert_eq!(to_f64s(&r), [want, want], "{kind} in {dt}");

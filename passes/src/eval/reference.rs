@@ -6,7 +6,7 @@
 
 use super::{as_f, as_i, build, combine, identity, read, rounded, supported, N};
 use std::cmp::Ordering;
-use tpuc_ir::{ArgReduceKind, Attrs, DType, GatherDims, GeluApproximation, Opcode, ReduceKind, ScanKind, ScatterDims, ScatterKind, TensorData, TensorType, WindowKind};
+use tpuc_ir::{payload, ArgReduceKind, Attrs, DType, GatherDims, GeluApproximation, Opcode, ReduceKind, ScatterDims, TensorData, TensorType};
 
 /// A dense value as numbers, row-major.
 struct Arr {
@@ -61,10 +61,6 @@ fn ravel(idx: &[usize], dims: &[usize]) -> usize {
 
 fn dims_of(t: &TensorType) -> Option<Vec<usize>> {
     Some(t.static_dims()?.iter().map(|&d| d as usize).collect())
-}
-
-fn ints(a: &Attrs, name: &str) -> Option<Vec<usize>> {
-    usizes(a.ints(name)?)
 }
 
 fn usizes(v: &[i64]) -> Option<Vec<usize>> {
@@ -172,7 +168,7 @@ pub(super) fn elementwise(op: Opcode, dtype: DType, attrs: &Attrs, xs: &[N]) -> 
             Rem => x % y(),
             Pow => x.powf(y()),
             Atan2 => x.atan2(y()),
-            Gelu => gelu(x, attrs.get_enum::<GeluApproximation>("approximate")? == GeluApproximation::Tanh),
+            Gelu => gelu(x, payload::Gelu::of(attrs)?.approximate == GeluApproximation::Tanh),
             _ => return None,
         }));
     }
@@ -227,7 +223,8 @@ pub(super) fn single(op: Opcode, a: &Attrs, args: &[&TensorData], rt: &TensorTyp
         Gather => gather(&Arr::of(args[0])?, &Arr::of(args[1])?, a, rt),
         Scatter => scatter(&Arr::of(args[0])?, &Arr::of(args[1])?, &Arr::of(args[2])?, a, rt),
         Scan => scan(&Arr::of(args[0])?, a, rt),
-        Softmax | LogSoftmax => softmax(&Arr::of(args[0])?, a.int("dimension")? as usize, op == LogSoftmax, rt),
+        Softmax => softmax(&Arr::of(args[0])?, payload::Softmax::of(a)?.dimension as usize, false, rt),
+        LogSoftmax => softmax(&Arr::of(args[0])?, payload::LogSoftmax::of(a)?.dimension as usize, true, rt),
         Attention => attention(args, a, rt),
         _ => None,
     }
@@ -247,8 +244,7 @@ pub(super) fn multi(op: Opcode, a: &Attrs, args: &[&TensorData], results: &[Tens
 
 fn pad(args: &[&TensorData], a: &Attrs, rt: &TensorType) -> Option<TensorData> {
     let (x, value) = (Arr::of(args[0])?, Arr::of(args[1])?);
-    let lo = a.ints("edge_padding_low")?;
-    let interior = a.ints("interior_padding")?;
+    let payload::Pad { edge_padding_low: lo, interior_padding: interior, .. } = payload::Pad::of(a)?;
     let rdims = dims_of(rt)?;
     let mut out = vec![*value.vals.first()?; rdims.iter().product()];
     for (i, &v) in x.vals.iter().enumerate() {
@@ -263,8 +259,9 @@ fn pad(args: &[&TensorData], a: &Attrs, rt: &TensorType) -> Option<TensorData> {
 }
 
 fn dot_general(x: &Arr, y: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let (lb, rb) = (ints(a, "lhs_batching_dimensions")?, ints(a, "rhs_batching_dimensions")?);
-    let (lc, rc) = (ints(a, "lhs_contracting_dimensions")?, ints(a, "rhs_contracting_dimensions")?);
+    let dot = payload::DotGeneral::of(a)?;
+    let (lb, rb) = (usizes(dot.lhs_batching_dimensions)?, usizes(dot.rhs_batching_dimensions)?);
+    let (lc, rc) = (usizes(dot.lhs_contracting_dimensions)?, usizes(dot.rhs_contracting_dimensions)?);
     let lfree: Vec<usize> = (0..x.dims.len()).filter(|d| !lb.contains(d) && !lc.contains(d)).collect();
     let rfree: Vec<usize> = (0..y.dims.len()).filter(|d| !rb.contains(d) && !rc.contains(d)).collect();
     let cdims: Vec<usize> = lc.iter().map(|&d| x.dims[d]).collect();
@@ -302,12 +299,10 @@ fn dot_general(x: &Arr, y: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorDat
 
 /// lhs [N, C, spatial...], rhs [O, I, spatial...], result [N, O, spatial...].
 fn convolution(x: &Arr, w: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let strides_ = a.ints("window_strides")?;
-    let pad = a.ints("padding")?;
-    let lhs_dil = a.ints("lhs_dilation")?;
-    let rhs_dil = a.ints("rhs_dilation")?;
-    let groups = a.int("feature_group_count")? as usize;
-    let batch_groups = a.int("batch_group_count")? as usize;
+    let conv = payload::Convolution::of(a)?;
+    let (strides_, pad, lhs_dil, rhs_dil) = (conv.window_strides, conv.padding, conv.lhs_dilation, conv.rhs_dilation);
+    let groups = conv.feature_group_count as usize;
+    let batch_groups = conv.batch_group_count as usize;
     let spatial = x.dims.len().checked_sub(2)?;
     let (batch, channels) = (x.dims[0], x.dims[1]);
     let (features, in_per_group) = (w.dims[0], w.dims[1]);
@@ -357,8 +352,8 @@ fn convolution(x: &Arr, w: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorDat
 
 /// Index of the first max (`argmax`) or min (`argmin`) along `dimension`; NaN wins.
 fn arg_reduce(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let d = a.int("dimension")? as usize;
-    let max = a.get_enum::<ArgReduceKind>("kind")? == ArgReduceKind::Argmax;
+    let payload::ArgReduce { dimension, kind } = payload::ArgReduce::of(a)?;
+    let (d, max) = (dimension as usize, kind == ArgReduceKind::Argmax);
     let rdims = dims_of(rt)?;
     let mut best: Vec<Option<(N, usize)>> = vec![None; rdims.iter().product()];
     for (i, &v) in x.vals.iter().enumerate() {
@@ -393,12 +388,10 @@ fn compare(a: N, b: N) -> Option<Ordering> {
 }
 
 fn reduce_window(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let kind = ReduceKind::from(a.get_enum::<WindowKind>("kind")?);
-    let window = ints(a, "window_dimensions")?;
-    let wstrides = a.ints("window_strides")?;
-    let base_dil = a.ints("base_dilations")?;
-    let win_dil = a.ints("window_dilations")?;
-    let pad = a.ints("padding")?;
+    let w = payload::ReduceWindow::of(a)?;
+    let kind = ReduceKind::from(w.kind);
+    let window = usizes(w.window_dimensions)?;
+    let (wstrides, base_dil, win_dil, pad) = (w.window_strides, w.base_dilations, w.window_dilations, w.padding);
     let init = identity(kind, x.dtype)?;
     let rdims = dims_of(rt)?;
     let wn: usize = window.iter().product();
@@ -486,7 +479,7 @@ fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) ->
     let indices_batching = usizes(&sd.scatter_indices_batching_dims)?;
     let to_operand = usizes(&sd.scatter_dims_to_operand_dims)?;
     let ivd = usize::try_from(sd.index_vector_dim).ok()?;
-    let kind = a.get_enum::<ScatterKind>("kind")?.combiner();
+    let kind = payload::Scatter::of(a)?.kind.combiner();
     let rank = x.dims.len();
     let mut out = x.vals.clone();
     let scatter_dims: Vec<usize> = (0..updates.dims.len()).filter(|d| !window_dims.contains(d)).collect();
@@ -519,8 +512,8 @@ fn scatter(x: &Arr, indices: &Arr, updates: &Arr, a: &Attrs, rt: &TensorType) ->
 }
 
 fn scan(x: &Arr, a: &Attrs, rt: &TensorType) -> Option<TensorData> {
-    let d = a.int("dimension")? as usize;
-    let kind = ReduceKind::from(a.get_enum::<ScanKind>("kind")?);
+    let payload::Scan { dimension, kind } = payload::Scan::of(a)?;
+    let (d, kind) = (dimension as usize, ReduceKind::from(kind));
     let step = x.strides[d];
     let mut out = x.vals.clone();
     for i in 0..out.len() {
@@ -552,8 +545,8 @@ fn softmax(x: &Arr, d: usize, log: bool, rt: &TensorType) -> Option<TensorData> 
 
 /// Stable sort along `dimension` (NaN last ascending, first descending); values and indices.
 fn sort(x: &Arr, a: &Attrs, results: &[TensorType]) -> Option<Vec<TensorData>> {
-    let d = a.int("dimension")? as usize;
-    let descending = a.bool("descending")?;
+    let payload::Sort { dimension, descending } = payload::Sort::of(a)?;
+    let d = dimension as usize;
     let len = *x.dims.get(d)?;
     let step = x.strides[d];
     let mut vals = x.vals.clone();
@@ -585,8 +578,8 @@ fn sort(x: &Arr, a: &Attrs, results: &[TensorType]) -> Option<Vec<TensorData>> {
 
 /// (x - mean) * rstd over the trailing `normalized_rank` dims, with mean and rstd.
 fn layer_norm(x: &Arr, a: &Attrs, results: &[TensorType]) -> Option<Vec<TensorData>> {
-    let k = a.int("normalized_rank")? as usize;
-    let eps = a.float("epsilon")?;
+    let payload::LayerNorm { normalized_rank, epsilon: eps } = payload::LayerNorm::of(a)?;
+    let k = normalized_rank as usize;
     let inner: usize = x.dims[x.dims.len().checked_sub(k)?..].iter().product();
     let rows = x.vals.len() / inner.max(1);
     let mut y = vec![0.0; x.vals.len()];
@@ -612,8 +605,7 @@ fn attention(args: &[&TensorData], a: &Attrs, rt: &TensorType) -> Option<TensorD
         Some(m) => Some(Arr::of(m)?),
         None => None,
     };
-    let scale = a.float("scale")?;
-    let causal = a.bool("is_causal")?;
+    let payload::Attention { scale, is_causal: causal, .. } = payload::Attention::of(a)?;
     let r = q.dims.len();
     let (l, e) = (q.dims[r - 2], q.dims[r - 1]);
     let s = k.dims[r - 2];

@@ -73,8 +73,8 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
             return Ok(None);
         }
         if d.opcode() == Opcode::Constant {
-            let t = d.attrs.tensor("value");
-            if t.is_some_and(|t| !t.is_splat() && t.ty.num_elements().unwrap_or(i64::MAX) > CLONE_CONSTANT_LIMIT) {
+            let t = d.payload::<tpuc_ir::payload::Constant>().value;
+            if !t.is_splat() && t.ty.num_elements().unwrap_or(i64::MAX) > CLONE_CONSTANT_LIMIT {
                 return Ok(None);
             }
         }
@@ -125,7 +125,7 @@ pub fn outline(m: &mut Module, block: BlockId, mt: &Match) -> Result<Option<OpId
     let yielded: Vec<ValueId> = mt.outputs.iter().map(|v| map[v]).collect();
     let y = m.create_op(Opcode::Yield, &yielded, Attrs::new(), Some(&[]), &[]).map_err(fail)?;
     m.append_op(rb, y);
-    let mut attrs = Attrs::new().with("name", Attr::Str(mt.name.to_string()));
+    let mut attrs = tpuc_ir::payload::Composite { name: mt.name }.attrs();
     for (k, v) in &mt.attrs {
         attrs.set(*k, v.clone());
     }

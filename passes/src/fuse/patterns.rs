@@ -10,7 +10,7 @@ use super::Match;
 use crate::eval::eval_f64s;
 use crate::util::{binary, def_is, def_op, splat_f64, unary};
 use std::collections::HashMap;
-use tpuc_ir::{Attr, AttrEnum, DType, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
+use tpuc_ir::{payload, Attr, AttrEnum, DType, GeluApproximation, Module, OpId, Opcode, ReduceKind, ValueId};
 
 /// What a matcher sees: the module (with its use lists) and the causal-mask proofs so far.
 pub struct Ctx<'m> {
@@ -177,7 +177,7 @@ fn broadcast_back(m: &Module, v: ValueId, r: ValueId, x_dims: &[tpuc_ir::Dim], r
                 next[j] = repr[i];
             }
         } else {
-            let Some(bd) = m.ops[op].attrs.ints("broadcast_dimensions") else { return false };
+            let bd = m.ops[op].payload::<payload::BroadcastInDim>().broadcast_dimensions;
             for (i, &j) in bd.iter().enumerate() {
                 if !od[i].is_one() {
                     next[j as usize] = repr[i];
@@ -206,10 +206,11 @@ fn mean_of(m: &Module, v: ValueId) -> Option<(ValueId, Vec<i64>, ValueId)> {
     };
     let r = def_is(m, unbcast(m, s), Opcode::Reduce)?;
     let d = &m.ops[r];
-    if d.attrs.get_enum::<ReduceKind>("kind") != Some(ReduceKind::Sum) {
+    let reduce = d.payload::<payload::Reduce>();
+    if reduce.kind != ReduceKind::Sum {
         return None;
     }
-    let dims = d.attrs.ints("dimensions")?.to_vec();
+    let dims = reduce.dimensions.to_vec();
     let x = d.operands()[0];
     let xd = m.values[x].ty.static_dims()?;
     let count: i64 = dims.iter().map(|&i| xd[i as usize]).product();
@@ -236,13 +237,9 @@ fn square_of(m: &Module, v: ValueId) -> Option<ValueId> {
 fn trailing_param(m: &Module, v: ValueId) -> Option<ValueId> {
     let b = def_is(m, v, Opcode::BroadcastInDim)?;
     let w = m.ops[b].operands()[0];
-    let bd = m.ops[b].attrs.ints("broadcast_dimensions")?;
+    let bd = m.ops[b].payload::<payload::BroadcastInDim>().broadcast_dimensions;
     let r = rank(m, v);
     (trailing(bd, r) || bd.is_empty() && rank(m, w) == 0).then_some(w)
-}
-
-fn attrs_of(op: &tpuc_ir::OpData, names: &[(&'static str, &'static str)]) -> Vec<(&'static str, Attr)> {
-    names.iter().filter_map(|(from, to)| op.attrs.get(from).map(|a| (*to, a.clone()))).collect()
 }
 
 // ------------------------------------------------------------------------- attention
@@ -253,8 +250,9 @@ fn attention_op(cx: &Ctx, op: OpId) -> Option<Match> {
     if d.opcode() != Opcode::Attention {
         return None;
     }
-    let mut attrs = attrs_of(d, &[("scale", "scale"), ("is_causal", "causal")]);
-    attrs.push(("has_mask", Attr::Bool(d.operands().len() > 3)));
+    let a = d.payload::<payload::Attention>();
+    let attrs =
+        vec![("scale", Attr::Float(a.scale)), ("causal", Attr::Bool(a.is_causal)), ("has_mask", Attr::Bool(d.operands().len() > 3))];
     Some(Match { name: "tpuc.attention", attrs, inputs: d.operands().to_vec(), outputs: vec![result(m, op)?] })
 }
 
@@ -321,7 +319,7 @@ fn walk_k(m: &Module, mut v: ValueId, rank: usize) -> Option<(ValueId, f64)> {
             scale *= c;
             v = x;
         } else if let Some(t) = def_is(m, v, Opcode::Transpose).filter(|_| !transposed) {
-            let p = m.ops[t].attrs.ints("permutation")?;
+            let p = m.ops[t].payload::<payload::Transpose>().permutation;
             let r = p.len();
             let swap = r >= 2 && p[r - 1] == r as i64 - 2 && p[r - 2] == r as i64 - 1 && p[..r - 2].iter().enumerate().all(|(i, &x)| x == i as i64);
             if !swap {
@@ -442,7 +440,7 @@ fn attention_decomposed(cx: &Ctx, op: OpId) -> Option<Match> {
     }
     let sm = def_is(m, p, Opcode::Softmax)?;
     let mut s = m.ops[sm].operands()[0];
-    if m.ops[sm].attrs.int("dimension")? != rank(m, s) as i64 - 1 {
+    if m.ops[sm].payload::<payload::Softmax>().dimension != rank(m, s) as i64 - 1 {
         return None;
     }
     if let Some(dt) = narrow {
@@ -506,7 +504,7 @@ fn rotate_half(m: &Module, v: ValueId) -> Option<ValueId> {
     let c = def_is(m, v, Opcode::Concatenate)?;
     let d = &m.ops[c];
     let r = rank(m, v);
-    if d.operands().len() != 2 || d.attrs.int("dimension")? != r as i64 - 1 {
+    if d.operands().len() != 2 || d.payload::<payload::Concatenate>().dimension != r as i64 - 1 {
         return None;
     }
     let neg = unary(m, d.operands()[0], Opcode::Neg)?;
@@ -515,7 +513,7 @@ fn rotate_half(m: &Module, v: ValueId) -> Option<ValueId> {
         let sd = &m.ops[op];
         let x = sd.operands()[0];
         let n = m.values[x].ty.dims[r - 1].as_static()?;
-        let (st, li, str_) = (sd.attrs.ints("start_indices")?, sd.attrs.ints("limit_indices")?, sd.attrs.ints("strides")?);
+        let payload::Slice { start_indices: st, limit_indices: li, strides: str_ } = sd.payload();
         let full_rest = (0..r - 1).all(|i| st[i] == 0 && str_[i] == 1 && Some(li[i]) == m.values[x].ty.dims[i].as_static());
         let want = if lo { (0, n / 2) } else { (n / 2, n) };
         (full_rest && n % 2 == 0 && str_[r - 1] == 1 && (st[r - 1], li[r - 1]) == want).then_some(x)
@@ -620,7 +618,8 @@ fn layer_norm(cx: &Ctx, op: OpId) -> Option<Match> {
             if d.results()[1..].iter().any(|&r| cx.uses(r) > 0) {
                 continue;
             }
-            (d.operands()[0], d.attrs.float("epsilon")?, d.attrs.int("normalized_rank")? as usize)
+            let a = d.payload::<payload::LayerNorm>();
+            (d.operands()[0], a.epsilon, a.normalized_rank as usize)
         } else if let Some(core) = layer_norm_core(m, y) {
             core
         } else {
@@ -686,7 +685,7 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
     let d = &m.ops[op];
     let out = result(m, op)?;
     if d.opcode() == Opcode::Gelu {
-        return Some(Match { name: "tpuc.gelu", attrs: attrs_of(d, &[("approximate", "approximate")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
+        return Some(Match { name: "tpuc.gelu", attrs: vec![("approximate", d.payload::<payload::Gelu>().approximate.attr())], inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
     if d.opcode() != Opcode::Mul {
         return None;
@@ -750,8 +749,8 @@ fn gelu(cx: &Ctx, op: OpId) -> Option<Match> {
 fn reduced(m: &Module, v: ValueId, kind: ReduceKind) -> Option<(ValueId, i64)> {
     let r = def_is(m, unbcast(m, v), Opcode::Reduce)?;
     let d = &m.ops[r];
-    match (d.attrs.get_enum::<ReduceKind>("kind"), d.attrs.ints("dimensions")) {
-        (Some(k), Some([dim])) if k == kind => {
+    match d.payload::<payload::Reduce>() {
+        payload::Reduce { kind: k, dimensions: [dim] } if k == kind => {
             let x = d.operands()[0];
             let x_dims = m.values[x].ty.dims.clone();
             broadcast_back(m, v, d.results()[0], &x_dims, &[*dim]).then_some((x, *dim))
@@ -777,7 +776,7 @@ fn softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     let d = &m.ops[op];
     let out = result(m, op)?;
     if d.opcode() == Opcode::Softmax {
-        return Some(Match { name: "tpuc.softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
+        return Some(Match { name: "tpuc.softmax", attrs: vec![("dimension", Attr::Int(d.payload::<payload::Softmax>().dimension))], inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
     let (e, s) = binary(m, out, Opcode::Div)?;
     let z = unary(m, e, Opcode::Exp)?;
@@ -797,7 +796,7 @@ fn log_softmax(cx: &Ctx, op: OpId) -> Option<Match> {
     let d = &m.ops[op];
     let out = result(m, op)?;
     if d.opcode() == Opcode::LogSoftmax {
-        return Some(Match { name: "tpuc.log_softmax", attrs: attrs_of(d, &[("dimension", "dimension")]), inputs: vec![d.operands()[0]], outputs: vec![out] });
+        return Some(Match { name: "tpuc.log_softmax", attrs: vec![("dimension", Attr::Int(d.payload::<payload::LogSoftmax>().dimension))], inputs: vec![d.operands()[0]], outputs: vec![out] });
     }
     let (z, l) = binary(m, out, Opcode::Sub)?;
     let s = unary(m, unbcast(m, l), Opcode::Log)?;

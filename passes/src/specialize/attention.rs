@@ -6,15 +6,17 @@ use super::layouts::kept_reshape_dim;
 use super::masks::Fill;
 use super::ops::Step;
 use super::{prefix, Sp, R};
-use tpuc_ir::{DimLayout, Layout, OpId, Opcode, Scalar, TensorType, ValueId};
+use tpuc_ir::{payload, DimLayout, Layout, OpId, Opcode, Scalar, TensorType, ValueId};
 
 impl Sp<'_> {
     /// Masked with -inf along the dimension, unless its padding is known to be -inf.
     pub(super) fn softmax(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let dim = match d.opcode() {
+            Opcode::Softmax => d.payload::<payload::Softmax>().dimension,
+            _ => d.payload::<payload::LogSoftmax>().dimension,
+        } as usize;
         let dt = old.values[d.operands()[0]].ty.dtype;
         let padded = !lays[0][dim].is_exact();
         let known = padded
@@ -39,9 +41,8 @@ impl Sp<'_> {
     pub(super) fn layer_norm(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
         let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
-        let nr = a.int("normalized_rank").unwrap_or(1) as usize;
+        let nr = d.payload::<payload::LayerNorm>().normalized_rank as usize;
         let r = rank(0);
         if let Some(i) = (r - nr..r).find(|&i| !lays[0][i].is_exact()) {
             return Err(self.fail(format!("normalizes over {}", self.padded_dim_note(d.operands()[0], i))));
@@ -56,7 +57,6 @@ impl Sp<'_> {
     pub(super) fn attention(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
         let r = old.values[d.operands()[0]].ty.rank();
         let (q, k, v) = (&lays[0], &lays[1], &lays[2]);
         if !q[r - 1].is_exact() || !k[r - 1].is_exact() || !v[r - 1].is_exact() {
@@ -103,7 +103,7 @@ impl Sp<'_> {
         new_ins[2] = self.mask(ins[2], &vl, &[r - 2], Fill::Scalar(Scalar::Float(0.0)))?;
         // Causal attention never weighs a key past its query: over queries padded as the
         // keys, a valid query sees only valid keys.
-        let causal = a.bool("is_causal").unwrap_or(false);
+        let causal = d.payload::<payload::Attention>().is_causal;
         if causal && q[r - 2] == key && ins.len() == 3 {
             return Ok(Step::Emit(new_ins, vec![l]));
         }
@@ -181,7 +181,7 @@ impl Sp<'_> {
             if od.opcode() != Opcode::BroadcastInDim {
                 break;
             }
-            let bd = od.attrs.ints("broadcast_dimensions").unwrap_or(&[]);
+            let bd = od.payload::<payload::BroadcastInDim>().broadcast_dimensions;
             q = q.and_then(|q| bd.iter().position(|&x| x == q as i64));
             k = k.and_then(|k| bd.iter().position(|&x| x == k as i64));
             v = od.operands()[0];
@@ -217,7 +217,7 @@ impl Sp<'_> {
                     v = od.operands()[0];
                 }
                 Opcode::Transpose => {
-                    d = od.attrs.ints("permutation").and_then(|p| p.get(d)).copied().unwrap_or(0) as usize;
+                    d = od.payload::<payload::Transpose>().permutation.get(d).copied().unwrap_or(0) as usize;
                     v = od.operands()[0];
                 }
                 Opcode::Mul | Opcode::Div | Opcode::Convert => {
@@ -228,9 +228,9 @@ impl Sp<'_> {
                     v = od.operands()[0];
                 }
                 Opcode::DotGeneral => {
-                    let ints = |n: &str| od.attrs.ints(n).unwrap_or(&[]).to_vec();
-                    let (lb, rb) = (ints("lhs_batching_dimensions"), ints("rhs_batching_dimensions"));
-                    let (lc, rc) = (ints("lhs_contracting_dimensions"), ints("rhs_contracting_dimensions"));
+                    let dot = od.payload::<payload::DotGeneral>();
+                    let (lb, rb) = (dot.lhs_batching_dimensions, dot.rhs_batching_dimensions);
+                    let (lc, rc) = (dot.lhs_contracting_dimensions, dot.rhs_contracting_dimensions);
                     let free = |rank: usize, b: &[i64], c: &[i64]| -> Vec<usize> {
                         (0..rank).filter(|i| !b.contains(&(*i as i64)) && !c.contains(&(*i as i64))).collect()
                     };
@@ -292,10 +292,10 @@ impl Sp<'_> {
             let od = &self.new.ops[op];
             let next = match od.opcode() {
                 Opcode::Reshape => kept_reshape_dim(&self.shape(od.operands()[0]), &self.shape(cur), d),
-                Opcode::Transpose => od.attrs.ints("permutation").and_then(|p| p.get(d)).map(|&x| x as usize),
+                Opcode::Transpose => od.payload::<payload::Transpose>().permutation.get(d).map(|&x| x as usize),
                 Opcode::Slice => {
                     let whole = self.shape(od.operands()[0])[d] == self.shape(cur)[d]
-                        && od.attrs.ints("strides").is_none_or(|s| s.get(d).is_none_or(|&x| x == 1));
+                        && od.payload::<payload::Slice>().strides.get(d).is_none_or(|&x| x == 1);
                     whole.then_some(d)
                 }
                 Opcode::Convert => Some(d),

@@ -3,7 +3,7 @@
 //! skipped.
 
 use super::Sp;
-use tpuc_ir::{Attrs, Direction, OpId, Opcode, ValueId};
+use tpuc_ir::{payload, Attrs, OpId, Opcode, ValueId};
 
 impl Sp<'_> {
     /// The value the padding along `dim` of old value `v` holds where the other padded dims
@@ -34,13 +34,13 @@ impl Sp<'_> {
         let mut out: Vec<Option<f64>> = vec![None; lay.len()];
         match d.opcode() {
             Opcode::Transpose => {
-                let p = d.attrs.ints("permutation").unwrap_or(&[]).to_vec();
+                let p = d.payload::<payload::Transpose>().permutation;
                 for (o, &i) in p.iter().enumerate() {
                     out[o] = self.clean_of(d.operands()[0], i as usize);
                 }
             }
             Opcode::BroadcastInDim => {
-                let bd = d.attrs.ints("broadcast_dimensions").unwrap_or(&[]).to_vec();
+                let bd = d.payload::<payload::BroadcastInDim>().broadcast_dimensions;
                 let src = &self.lay[&d.operands()[0]];
                 for (k, &o) in bd.iter().enumerate() {
                     if !lay[o as usize].is_exact() && src[k] == lay[o as usize] {
@@ -105,7 +105,7 @@ fn elementwise_f64(op: Opcode, attrs: &Attrs, v: &[f64]) -> Option<f64> {
         (Opcode::Exp, [x]) => x.exp(),
         (Opcode::Convert, [x]) => *x,
         (Opcode::Not, [x]) => b(*x == 0.0),
-        (Opcode::Compare, [x, y]) => b(attrs.get_enum::<Direction>("direction")?.holds(x.partial_cmp(y))),
+        (Opcode::Compare, [x, y]) => b(payload::Compare::of(attrs)?.direction.holds(x.partial_cmp(y))),
         _ => return None,
     })
 }

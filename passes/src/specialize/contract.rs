@@ -4,18 +4,18 @@
 use super::masks::Fill;
 use super::ops::Step;
 use super::{Sp, R};
-use tpuc_ir::{DimLayout, Layout, OpId, Scalar, ValueId};
+use tpuc_ir::{payload, DimLayout, Layout, OpId, Scalar, ValueId};
 
 impl Sp<'_> {
     /// Contracting dims masked with 0 in both operands, after pairing their layouts.
     pub(super) fn dot_general(&mut self, op: OpId, mut ins: Vec<ValueId>, mut lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
+        let dot = d.payload::<payload::DotGeneral>();
         let (lb, rb, lc, rc) = (
-            ints("lhs_batching_dimensions"),
-            ints("rhs_batching_dimensions"),
-            ints("lhs_contracting_dimensions"),
-            ints("rhs_contracting_dimensions"),
+            dot.lhs_batching_dimensions.to_vec(),
+            dot.rhs_batching_dimensions.to_vec(),
+            dot.lhs_contracting_dimensions.to_vec(),
+            dot.rhs_contracting_dimensions.to_vec(),
         );
         // A contracted dim pairs position i of one side with position i of the other:
         // both must lay it out alike. A prefix meeting a product of padded sizes (a
@@ -71,13 +71,12 @@ impl Sp<'_> {
     pub(super) fn convolution(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
         let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
         if lays[1].iter().any(|x| !x.is_exact()) {
             return Err(self.fail("the convolution kernel has a padded dim"));
         }
         let nd = rank(0);
-        if a.int("batch_group_count").unwrap_or(1) != 1 && !lays[0][0].is_exact() {
+        if d.payload::<payload::Convolution>().batch_group_count != 1 && !lays[0][0].is_exact() {
             return Err(self.fail("a grouped-batch convolution over a padded batch"));
         }
         let dims = self.old_dims(d.results()[0]);

@@ -3,7 +3,7 @@
 
 use super::ops::Step;
 use super::{Sp, R};
-use tpuc_ir::{DimLayout, Layout, OpId, ValueId};
+use tpuc_ir::{payload, DimLayout, Layout, OpId, Opcode, ValueId};
 
 impl Sp<'_> {
     /// Cholesky, triangular solve, QR, ...: matrix (trailing two) dims not padded.
@@ -37,8 +37,11 @@ impl Sp<'_> {
     /// All-gather, reduce-scatter, all-to-all: the gathered / scattered dim not padded.
     pub(super) fn moves_blocks(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let dim = match d.opcode() {
+            Opcode::AllGather => d.payload::<payload::AllGather>().dimension,
+            Opcode::ReduceScatter => d.payload::<payload::ReduceScatter>().dimension,
+            _ => d.payload::<payload::AllToAll>().dimension,
+        } as usize;
         if !lays[0][dim].is_exact() {
             return Err(self.fail(format!("moves blocks along {}", self.padded_dim_note(d.operands()[0], dim))));
         }
@@ -49,9 +52,8 @@ impl Sp<'_> {
     pub(super) fn fft(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
         let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
-        let k = a.ints("fft_length").map_or(1, |l| l.len());
+        let k = d.payload::<payload::Fft>().fft_length.len();
         let r = rank(0);
         if let Some(i) = (r.saturating_sub(k)..r).find(|&i| !lays[0][i].is_exact()) {
             return Err(self.fail(format!("transforms {}", self.padded_dim_note(d.operands()[0], i))));

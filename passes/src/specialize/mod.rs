@@ -126,7 +126,7 @@ pub fn defined_sizes(m: &Module) -> Vec<(String, SymExpr)> {
         if d.opcode() != tpuc_ir::Opcode::BindSize {
             continue;
         }
-        let Some(dim) = d.attrs.int("dimension") else { continue };
+        let dim = d.payload::<tpuc_ir::payload::BindSize>().dimension;
         let ty = &m.values[d.results()[0]].ty;
         let Some(Dim::Sym(e)) = ty.dims.get(dim as usize) else { continue };
         let Some(sym) = e.as_symbol() else { continue };

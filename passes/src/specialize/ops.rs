@@ -4,7 +4,7 @@
 //! elementwise ops.
 
 use super::{BlockMode, Sp, R};
-use tpuc_ir::{Attrs, DimLayout, Layout, OpId, Opcode, RegionId, ValueId};
+use tpuc_ir::{payload, Attrs, DimLayout, Layout, OpId, Opcode, RegionId, ValueId};
 
 /// What an opcode's rule made of an op.
 pub(super) enum Step {
@@ -83,7 +83,7 @@ impl Sp<'_> {
     /// symbol's real size for every mask built after it.
     fn bind_size(&mut self, op: OpId, ins: &[ValueId], lays: &[Layout]) -> R<()> {
         let d = &self.old.ops[op];
-        let dim = d.attrs.int("dimension").unwrap_or(0) as usize;
+        let dim = d.payload::<payload::BindSize>().dimension as usize;
         let r = d.results()[0];
         let Some(tpuc_ir::Dim::Sym(e)) = self.old.values[r].ty.dims.get(dim).cloned() else {
             return Err(self.fail("internal: the result dim is not a symbol"));
@@ -173,8 +173,7 @@ impl Sp<'_> {
     /// A valid prefix along its dimension, uniform along padded others.
     fn iota(&self, op: OpId, ins: Vec<ValueId>) -> R<Step> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let dim = d.payload::<payload::Iota>().dimension as usize;
         let l = self.old_dims(d.results()[0])
             .into_iter()
             .enumerate()

@@ -5,18 +5,16 @@
 use super::masks::Fill;
 use super::ops::Step;
 use super::{prefix, Sp, R};
-use tpuc_ir::{ArgReduceKind, DimLayout, Layout, OpId, ReduceKind, Scalar, ValueId, WindowKind};
+use tpuc_ir::{payload, ArgReduceKind, DimLayout, Layout, OpId, ReduceKind, Scalar, ValueId};
 
 impl Sp<'_> {
     /// Reduced dims masked with the reduction's identity.
     pub(super) fn reduce(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
-        let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
+        let payload::Reduce { dimensions, kind } = d.payload();
         let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
-        let dims = as_usize(&ints("dimensions"));
-        let kind: ReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no reduction kind"))?;
+        let dims = as_usize(dimensions);
         let dt = old.values[d.operands()[0]].ty.dtype;
         let fill = kind.identity(dt);
         let f = fill.as_f64();
@@ -30,10 +28,9 @@ impl Sp<'_> {
     pub(super) fn arg_reduce(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
+        let payload::ArgReduce { dimension, kind } = d.payload();
         let rank = |i: usize| old.values[d.operands()[i]].ty.rank();
-        let dim = a.int("dimension").unwrap_or(0) as usize;
-        let kind: ArgReduceKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
+        let dim = dimension as usize;
         let dt = old.values[d.operands()[0]].ty.dtype;
         let fill = if kind == ArgReduceKind::Argmax { dt.lowest() } else { dt.highest() };
         let x = self.mask(ins[0], &lays[0], &[dim], Fill::Scalar(fill))?;
@@ -45,18 +42,10 @@ impl Sp<'_> {
     pub(super) fn reduce_window(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
-        let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
-        let kind: WindowKind = a.get_enum("kind").ok_or_else(|| self.fail("no kind"))?;
+        let a = d.payload::<payload::ReduceWindow>();
         let dt = old.values[d.operands()[0]].ty.dtype;
-        let fill = ReduceKind::from(kind).identity(dt);
-        let (win, st, bd, wd, pad) = (
-            ints("window_dimensions"),
-            ints("window_strides"),
-            ints("base_dilations"),
-            ints("window_dilations"),
-            ints("padding"),
-        );
+        let fill = ReduceKind::from(a.kind).identity(dt);
+        let (win, st, bd, wd, pad) = (a.window_dimensions, a.window_strides, a.base_dilations, a.window_dilations, a.padding);
         let dims = self.old_dims(d.results()[0]);
         let mut l = Vec::new();
         let mut mask_dims = Vec::new();
@@ -87,8 +76,7 @@ impl Sp<'_> {
     /// Prefix scans never read padding; a multi-factor dim is rejected.
     pub(super) fn scan(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let dim = d.payload::<payload::Scan>().dimension as usize;
         let mut l = lays[0].clone();
         l[dim] = match &lays[0][dim] {
             DimLayout::Exact => DimLayout::Exact,
@@ -107,8 +95,8 @@ impl Sp<'_> {
     pub(super) fn sort(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let payload::Sort { dimension, descending } = d.payload();
+        let dim = dimension as usize;
         let mut l = lays[0].clone();
         if lays[0][dim].is_exact() {
             Ok(Step::Emit(ins, vec![l.clone(), l]))
@@ -121,7 +109,6 @@ impl Sp<'_> {
             // is the largest value (torch's order), so ascending pads with NaN (or the
             // largest integer) and descending with the lowest value.
             let dt = old.values[d.operands()[0]].ty.dtype;
-            let descending = a.bool("descending").unwrap_or(false);
             let fill = match (descending, dt.is_float()) {
                 (false, true) => Scalar::Float(f64::NAN),
                 (false, false) => dt.highest(),

@@ -3,15 +3,14 @@
 use super::masks::Fill;
 use super::ops::Step;
 use super::{prefix, Sp, R};
-use tpuc_ir::{Attr, Attrs, DimLayout, Layout, OpId, Opcode, ValueId};
+use tpuc_ir::{payload, DimLayout, Layout, OpId, Opcode, ValueId};
 
 impl Sp<'_> {
     /// Broadcast dims become uniform; the others keep their layouts.
     pub(super) fn broadcast_in_dim(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let old = self.old;
         let d = &old.ops[op];
-        let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
-        let bd = ints("broadcast_dimensions");
+        let bd = d.payload::<payload::BroadcastInDim>().broadcast_dimensions;
         let in_shape = self.shape(ins[0]);
         let dims = self.old_dims(d.results()[0]);
         let out_shape = self.spec_type(&old.values[d.results()[0]].ty)?.static_dims().unwrap_or_default();
@@ -29,8 +28,7 @@ impl Sp<'_> {
     /// Permutes the layouts.
     pub(super) fn transpose(&self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
-        let p = ints("permutation");
+        let p = d.payload::<payload::Transpose>().permutation;
         Ok(Step::Emit(ins, vec![p.iter().map(|&i| lays[0][i as usize].clone()).collect()]))
     }
 
@@ -54,15 +52,14 @@ impl Sp<'_> {
     /// A padded dim: whole, or a static slice inside the smallest size.
     pub(super) fn slice(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let ints = |name: &str| a.ints(name).unwrap_or(&[]).to_vec();
-        let (st, lim, str_) = (ints("start_indices"), ints("limit_indices"), ints("strides"));
+        let s = d.payload::<payload::Slice>();
+        let (st, lim, str_) = (s.start_indices, s.limit_indices, s.strides);
         let shape = self.shape(ins[0]);
         // A symbolic dim is sliced whole, with the limit i64::MAX: the bucket's size now.
         let limits: Vec<i64> = lim.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
         if limits != lim {
-            let mut attrs = a.clone();
-            attrs.set("limit_indices", Attr::Ints(limits.clone()));
+            let mut attrs = d.attrs.clone();
+            attrs.update(payload::Slice { limit_indices: &limits, ..s }.attrs());
             let outs = self.emit_with(op, &ins, attrs, &[])?;
             let l = lays[0]
                 .iter()
@@ -104,8 +101,7 @@ impl Sp<'_> {
     /// Along a padded dim: joined, then each element gathered to its real place.
     pub(super) fn concatenate(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let a = &d.attrs;
-        let dim = a.int("dimension").unwrap_or(0) as usize;
+        let dim = d.payload::<payload::Concatenate>().dimension as usize;
         let mut l = lays[0].clone();
         for (k, other) in lays.iter().enumerate().skip(1) {
             for (i, x) in other.iter().enumerate() {
@@ -140,8 +136,7 @@ impl Sp<'_> {
     /// Padding replaced by the pad value first; no interior or negative high padding.
     pub(super) fn pad(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
-        let (lo, hi, int) = (ints("edge_padding_low"), ints("edge_padding_high"), ints("interior_padding"));
+        let payload::Pad { edge_padding_low: lo, edge_padding_high: hi, interior_padding: int } = d.payload();
         let dims = self.old_dims(d.results()[0]);
         let mut mask_dims = Vec::new();
         let mut l = lays[0].clone();
@@ -167,12 +162,11 @@ impl Sp<'_> {
     /// A padded prefix is gathered from `n - 1 - i`.
     pub(super) fn reverse(&mut self, op: OpId, ins: Vec<ValueId>, lays: Vec<Layout>) -> R<Step> {
         let d = &self.old.ops[op];
-        let ints = |name: &str| d.attrs.ints(name).unwrap_or(&[]).to_vec();
-        let dims = ints("dimensions");
+        let dims = d.payload::<payload::Reverse>().dimensions;
         let mut l = lays[0].clone();
         let mut keep = Vec::new();
         let mut gathers = Vec::new();
-        for &dd in &dims {
+        for &dd in dims {
             let i = dd as usize;
             match &lays[0][i] {
                 DimLayout::Exact => keep.push(dd),
@@ -190,7 +184,7 @@ impl Sp<'_> {
         if !keep.is_empty() {
             x = self
                 .b()
-                .build1(Opcode::Reverse, &[x], Attrs::new().with("dimensions", Attr::Ints(keep)), None)
+                .build1(Opcode::Reverse, &[x], payload::Reverse { dimensions: &keep }.attrs(), None)
                 .map_err(|e| self.ir(e))?;
         }
         for (i, e) in gathers {
