@@ -225,11 +225,12 @@ pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
         if d.opcode() != tpuc_ir::Opcode::Slice {
             continue;
         }
-        let Some(lim) = d.attrs.ints("limit_indices") else { continue };
+        let Some(s) = tpuc_ir::payload::Slice::of(&d.attrs) else { continue };
         let shape = m.values[d.operands()[0]].ty.static_dims().unwrap_or_default();
-        let clamped: Vec<i64> = lim.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
-        if clamped != lim {
-            m.ops[op].attrs.set("limit_indices", tpuc_ir::Attr::Ints(clamped));
+        let clamped: Vec<i64> = s.limit_indices.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
+        if clamped != s.limit_indices {
+            let attrs = tpuc_ir::payload::Slice { limit_indices: &clamped, ..s }.attrs();
+            m.ops[op].attrs.update(attrs);
         }
     }
     m.symbols = Default::default();

@@ -8,10 +8,9 @@
 
 use crate::emitter::{Emitter, Ty, V};
 use crate::literal::Lit;
-use crate::attrs::{enum_attr, int, str};
 use crate::EmitError;
 use std::fmt::Write;
-use tpuc_ir::{Attrs, Opcode, ReduceKind};
+use tpuc_ir::{payload, OpData, Opcode};
 
 impl Emitter<'_> {
     /// The replica groups of process group `name`, checked against `group_size` when given.
@@ -76,24 +75,46 @@ impl Emitter<'_> {
 
     /// `all_reduce`, `all_gather`, `reduce_scatter` and `all_to_all` (IR and StableHLO share
     /// the names); an `average` divides the reduction by the group's size.
-    pub fn collective(&mut self, opcode: Opcode, x: V, tx: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
-        let group = str(a, "group");
-        let size = a.int("group_size");
-        let groups = self.replica_groups(group, size)?;
-        let (body, attrs) = match opcode {
-            Opcode::AllReduce => (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), String::new()),
-            Opcode::ReduceScatter => {
-                let dim = int(a, "dimension");
-                (Some(self.combiner_or_err(enum_attr::<ReduceKind>(a, "kind"), tx.dt)?.0), format!("scatter_dimension = {dim} : i64, "))
+    pub fn collective(&mut self, op: &OpData, x: V, tx: &Ty, rt: &Ty) -> Result<V, EmitError> {
+        let opcode = op.opcode();
+        // (group, group size, reduction, average)
+        let (group, size, kind, average) = match opcode {
+            Opcode::AllReduce => {
+                let a = op.payload::<payload::AllReduce>();
+                (a.group, None, Some(a.kind), a.average)
             }
-            Opcode::AllGather => (None, format!("all_gather_dim = {} : i64, ", int(a, "dimension"))),
+            Opcode::ReduceScatter => {
+                let a = op.payload::<payload::ReduceScatter>();
+                (a.group, Some(a.group_size), Some(a.kind), a.average)
+            }
+            Opcode::AllGather => {
+                let a = op.payload::<payload::AllGather>();
+                (a.group, Some(a.group_size), None, None)
+            }
             _ => {
-                let (dim, n) = (int(a, "dimension"), int(a, "group_size"));
-                (None, format!("split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, "))
+                let a = op.payload::<payload::AllToAll>();
+                (a.group, Some(a.group_size), None, None)
+            }
+        };
+        let groups = self.replica_groups(group, size)?;
+        let body = match kind {
+            Some(k) => Some(self.combiner_or_err(k, tx.dt)?.0),
+            None => None,
+        };
+        let attrs = match opcode {
+            Opcode::AllReduce => String::new(),
+            Opcode::ReduceScatter => {
+                let dim = op.payload::<payload::ReduceScatter>().dimension;
+                format!("scatter_dimension = {dim} : i64, ")
+            }
+            Opcode::AllGather => format!("all_gather_dim = {} : i64, ", op.payload::<payload::AllGather>().dimension),
+            _ => {
+                let payload::AllToAll { dimension: dim, group_size: n, .. } = op.payload();
+                format!("split_dimension = {dim} : i64, concat_dimension = {dim} : i64, split_count = {n} : i64, ")
             }
         };
         let r = self.collective_op(opcode.info().name, x, tx, body, &attrs, &groups, rt);
-        if a.bool("average") != Some(true) {
+        if average != Some(true) {
             return Ok(r);
         }
         if !(rt.dt.is_float() || rt.dt.is_complex()) {
@@ -105,11 +126,10 @@ impl Emitter<'_> {
 
     /// The value of the group's rank `source` on every rank: everyone's value gathered along a
     /// new leading dim, then `source`'s row taken (exact, no arithmetic).
-    pub fn collective_broadcast(&mut self, x: V, tx: &Ty, a: &Attrs) -> Result<V, EmitError> {
-        let group = str(a, "group");
-        let groups = self.replica_groups(group, None)?;
+    pub fn collective_broadcast(&mut self, x: V, tx: &Ty, a: payload::CollectiveBroadcast) -> Result<V, EmitError> {
+        let groups = self.replica_groups(a.group, None)?;
         let n = groups[0].len() as i64;
-        let src = int(a, "source");
+        let src = a.source;
         if !(0..n).contains(&src) {
             return Err(self.unsupported(format!("broadcast from rank {src} of a group of {n}")));
         }

@@ -78,7 +78,7 @@ impl Emitter<'_> {
     pub(crate) fn composite(&mut self, op: OpId) -> Result<SmallVec<[V; 3]>, EmitError> {
         let m = self.m;
         let d = m.op(op);
-        let name = crate::attrs::str(&d.attrs, "name").to_string();
+        let name = d.payload::<tpuc_ir::payload::Composite>().name.to_string();
         let block = m.regions[d.regions()[0]].blocks()[0];
 
         // The decomposition, into a side buffer with its own SSA numbering.

@@ -198,7 +198,7 @@ impl<'m> Emitter<'m> {
             .ops
             .values()
             .filter(|o| o.opcode() == Opcode::Constant && o.block().is_some())
-            .filter_map(|o| o.attrs.tensor("value"))
+            .filter_map(|o| tpuc_ir::payload::Constant::of(&o.attrs).map(|c| c.value))
             .map(|t| if t.is_splat() { 0 } else { t.raw_bytes().len() })
             .sum();
         Emitter {

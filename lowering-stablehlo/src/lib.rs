@@ -30,7 +30,6 @@
 //! `tests/verify_stablehlo.py`), compile every case with XLA's CPU backend, and compare the
 //! numerics of the tricky expansions with PyTorch (`tests/run_stablehlo.py`).
 
-mod attrs;
 mod collective;
 mod composite;
 mod emitter;

@@ -2,19 +2,18 @@
 //! region-carrying ops go to [`crate::reduce`], high-level ops to [`crate::expand`].
 
 use crate::emitter::{Emitter, Ty, V};
-use crate::attrs::{bool, enum_attr, float, gather_dims, int, ints};
 use crate::literal::Lit;
 use crate::EmitError;
 use smallvec::{smallvec, SmallVec};
 use std::fmt::Write;
-use tpuc_ir::{ArgReduceKind, Attrs, DType, Direction, FftType, GeluApproximation, OpId, Opcode, Precision, ScanKind};
+use tpuc_ir::{payload, ArgReduceKind, DType, FftType, GatherDims, GeluApproximation, OpId, Opcode, Precision};
 
 type Results = SmallVec<[V; 3]>;
 
 
 /// `default` → `DEFAULT`, ...
-fn precision(a: &Attrs) -> Option<&'static str> {
-    a.get_enum::<Precision>("precision").map(Precision::stablehlo)
+fn precision(p: Option<Precision>) -> Option<&'static str> {
+    p.map(Precision::stablehlo)
 }
 
 impl Emitter<'_> {
@@ -22,7 +21,6 @@ impl Emitter<'_> {
     pub fn lower_op(&mut self, op: OpId) -> Result<(), EmitError> {
         let m = self.m;
         let d = m.op(op);
-        let a = &d.attrs;
         let xs: SmallVec<[V; 4]> = d.operands().iter().map(|&v| self.get(v)).collect();
         let ts: SmallVec<[Ty; 4]> = d.operands().iter().map(|&v| self.ty_of(v)).collect();
         let rt = d
@@ -33,10 +31,10 @@ impl Emitter<'_> {
         use Opcode::*;
         let results: Results = match d.opcode() {
             Constant => {
-                let data = a.tensor("value").expect("verified constant has a value");
+                let data = d.payload::<payload::Constant>().value;
                 smallvec![self.constant(data, &rt)]
             }
-            Iota => smallvec![self.iota(int(a, "dimension"), &rt)],
+            Iota => smallvec![self.iota(d.payload::<payload::Iota>().dimension, &rt)],
             BindSize => {
                 return Err(self.unsupported(
                     "a data-dependent size reaches lowering unbucketed; the `specialize` pass pads it to its bound",
@@ -85,19 +83,17 @@ impl Emitter<'_> {
             IsFinite => smallvec![self.unary_to("is_finite", xs[0], &ts[0], &rt)],
             Convert => smallvec![self.convert(xs[0], &ts[0], rt.dt)],
             Erf => smallvec![self.erf(xs[0], &rt)?],
-            Cholesky => smallvec![self.cholesky(xs[0], bool(a, "lower"), &rt)],
-            TriangularSolve => smallvec![self.triangular_solve(
-                xs[0],
-                xs[1],
-                [
-                    bool(a, "left_side"),
-                    bool(a, "lower"),
-                    bool(a, "unit_diagonal"),
-                    bool(a, "transpose_a"),
-                ],
-                &ts[0],
-                &rt,
-            )],
+            Cholesky => smallvec![self.cholesky(xs[0], d.payload::<payload::Cholesky>().lower, &rt)],
+            TriangularSolve => {
+                let s = d.payload::<payload::TriangularSolve>();
+                smallvec![self.triangular_solve(
+                    xs[0],
+                    xs[1],
+                    [s.left_side, s.lower, s.unit_diagonal, s.transpose_a],
+                    &ts[0],
+                    &rt,
+                )]
+            }
             Qr => {
                 let t1 = self.ty_of(d.results()[1]);
                 let n = self.custom_call("Qr", &xs, &ts, &[&rt, &t1], None);
@@ -110,7 +106,7 @@ impl Emitter<'_> {
             Eigh => {
                 let t1 = self.ty_of(d.results()[1]);
                 // lower, sort_eigenvalues, max sweeps, tolerance (XLA's Jacobi defaults).
-                let lower = bool(a, "lower");
+                let lower = d.payload::<payload::Eigh>().lower;
                 let cfg = format!("{},1,100,1e-6", u8::from(lower));
                 let n = self.custom_call("Eigh", &xs, &ts, &[&rt, &t1], Some(&cfg));
                 smallvec![V::Res(n, 0), V::Res(n, 1)]
@@ -119,14 +115,14 @@ impl Emitter<'_> {
             Imag => smallvec![self.unary_to("imag", xs[0], &ts[0], &rt)],
             Complex => smallvec![self.complex(xs[0], xs[1], &ts[0], &rt)],
             Fft => {
-                let ty = enum_attr::<FftType>(a, "fft_type");
-                let name = match ty {
+                let payload::Fft { fft_type, fft_length } = d.payload();
+                let name = match fft_type {
                     FftType::Fft => "FFT",
                     FftType::Ifft => "IFFT",
                     FftType::Rfft => "RFFT",
                     FftType::Irfft => "IRFFT",
                 };
-                smallvec![self.fft(xs[0], name, ints(a, "fft_length"), &ts[0], &rt)]
+                smallvec![self.fft(xs[0], name, fft_length, &ts[0], &rt)]
             }
             Erfc | ErfInv | Lgamma | Digamma | Acosh | Asinh | Atanh | BesselI1e | Polygamma | Zeta | NextAfter => {
                 let name = match d.opcode() {
@@ -184,7 +180,7 @@ impl Emitter<'_> {
                 smallvec![self.binary(name, xs[0], xs[1], &rt)]
             }
             Compare => {
-                let dir = enum_attr::<Direction>(a, "direction").stablehlo();
+                let dir = d.payload::<payload::Compare>().direction.stablehlo();
                 smallvec![self.compare(dir, xs[0], xs[1], &ts[0])]
             }
             Select => smallvec![self.select(xs[0], xs[1], xs[2], &rt)],
@@ -192,91 +188,84 @@ impl Emitter<'_> {
             BroadcastInDim => smallvec![self.broadcast_in_dim(
                 xs[0],
                 &ts[0],
-                ints(a, "broadcast_dimensions"),
+                d.payload::<payload::BroadcastInDim>().broadcast_dimensions,
                 &rt
             )],
             Reshape => smallvec![self.reshape(xs[0], &ts[0], &rt)],
-            Transpose => smallvec![self.transpose(xs[0], &ts[0], ints(a, "permutation"), &rt)],
-            Slice => smallvec![self.slice_op(xs[0], &ts[0], a, &rt)],
-            Concatenate => smallvec![self.concatenate(&xs, &ts, int(a, "dimension"), &rt)],
-            Pad => smallvec![self.pad(xs[0], xs[1], &ts[0], a, &rt)],
+            Transpose => smallvec![self.transpose(xs[0], &ts[0], d.payload::<payload::Transpose>().permutation, &rt)],
+            Slice => smallvec![self.slice_op(xs[0], &ts[0], d.payload(), &rt)],
+            Concatenate => smallvec![self.concatenate(&xs, &ts, d.payload::<payload::Concatenate>().dimension, &rt)],
+            Pad => smallvec![self.pad(xs[0], xs[1], &ts[0], d.payload(), &rt)],
             Reverse => {
                 let r = self.def();
                 self.s("stablehlo.reverse ");
                 self.val(xs[0]);
                 self.s(", dims = ");
-                self.ints(ints(a, "dimensions"));
+                self.ints(d.payload::<payload::Reverse>().dimensions);
                 self.s(" : ");
                 self.ty(&rt);
                 self.end();
                 smallvec![r]
             }
 
-            DotGeneral => smallvec![self.dot_general(
-                xs[0],
-                xs[1],
-                (&ts[0], &ts[1]),
-                (
-                    ints(a, "lhs_batching_dimensions"),
-                    ints(a, "rhs_batching_dimensions")
-                ),
-                (
-                    ints(a, "lhs_contracting_dimensions"),
-                    ints(a, "rhs_contracting_dimensions")
-                ),
-                precision(a),
-                &rt,
-            )],
-            Convolution => smallvec![self.convolution(xs[0], xs[1], (&ts[0], &ts[1]), a, &rt)],
-            Reduce => {
-                smallvec![self.reduce(xs[0], &ts[0], enum_attr(a, "kind"), ints(a, "dimensions"), &rt)?]
+            DotGeneral => {
+                let dot = d.payload::<payload::DotGeneral>();
+                smallvec![self.dot_general(
+                    xs[0],
+                    xs[1],
+                    (&ts[0], &ts[1]),
+                    (dot.lhs_batching_dimensions, dot.rhs_batching_dimensions),
+                    (dot.lhs_contracting_dimensions, dot.rhs_contracting_dimensions),
+                    precision(dot.precision),
+                    &rt,
+                )]
             }
-            AllReduce | AllGather | ReduceScatter | AllToAll => smallvec![self.collective(d.opcode(), xs[0], &ts[0], a, &rt)?],
-            CollectiveBroadcast => smallvec![self.collective_broadcast(xs[0], &ts[0], a)?],
-            ArgReduce => smallvec![self.arg_reduce(
-                xs[0],
-                &ts[0],
-                int(a, "dimension"),
-                enum_attr::<ArgReduceKind>(a, "kind") == ArgReduceKind::Argmax,
-                &rt
-            )?],
-            ReduceWindow => smallvec![self.reduce_window(xs[0], &ts[0], a, &rt)?],
-            Gather => smallvec![self.gather(xs[0], xs[1], (&ts[0], &ts[1]), a, &rt)],
+            Convolution => smallvec![self.convolution(xs[0], xs[1], (&ts[0], &ts[1]), d.payload(), &rt)],
+            Reduce => {
+                let payload::Reduce { dimensions, kind } = d.payload();
+                smallvec![self.reduce(xs[0], &ts[0], kind, dimensions, &rt)?]
+            }
+            AllReduce | AllGather | ReduceScatter | AllToAll => smallvec![self.collective(d, xs[0], &ts[0], &rt)?],
+            CollectiveBroadcast => smallvec![self.collective_broadcast(xs[0], &ts[0], d.payload())?],
+            ArgReduce => {
+                let payload::ArgReduce { dimension, kind } = d.payload();
+                smallvec![self.arg_reduce(xs[0], &ts[0], dimension, kind == ArgReduceKind::Argmax, &rt)?]
+            }
+            ReduceWindow => smallvec![self.reduce_window(xs[0], &ts[0], d.payload(), &rt)?],
+            Gather => smallvec![self.gather(xs[0], xs[1], (&ts[0], &ts[1]), d.payload(), &rt)],
             Scatter => {
-                smallvec![self.scatter((xs[0], xs[1], xs[2]), (&ts[0], &ts[1], &ts[2]), a, &rt)?]
+                smallvec![self.scatter((xs[0], xs[1], xs[2]), (&ts[0], &ts[1], &ts[2]), d.payload(), &rt)?]
             }
             SelectAndScatterAdd => {
-                smallvec![self.select_and_scatter_add(xs[0], xs[1], (&ts[0], &ts[1]), a)?]
+                smallvec![self.select_and_scatter_add(xs[0], xs[1], (&ts[0], &ts[1]), d.payload())?]
             }
             Sort => {
-                let (v, i) = self.sort(
-                    xs[0],
-                    &ts[0],
-                    int(a, "dimension"),
-                    bool(a, "descending"),
-                )?;
+                let payload::Sort { dimension, descending } = d.payload();
+                let (v, i) = self.sort(xs[0], &ts[0], dimension, descending)?;
                 smallvec![v, i]
             }
-            Scan => smallvec![self.scan(xs[0], &ts[0], int(a, "dimension"), enum_attr::<ScanKind>(a, "kind").into())?],
+            Scan => {
+                let payload::Scan { dimension, kind } = d.payload();
+                smallvec![self.scan(xs[0], &ts[0], dimension, kind.into())?]
+            }
 
-            Softmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), false)],
-            LogSoftmax => smallvec![self.softmax(xs[0], &rt, int(a, "dimension"), true)],
-            Gelu => smallvec![self.gelu(xs[0], &rt, enum_attr::<GeluApproximation>(a, "approximate") == GeluApproximation::Tanh)?],
+            Softmax => smallvec![self.softmax(xs[0], &rt, d.payload::<payload::Softmax>().dimension, false)],
+            LogSoftmax => smallvec![self.softmax(xs[0], &rt, d.payload::<payload::LogSoftmax>().dimension, true)],
+            Gelu => smallvec![self.gelu(xs[0], &rt, d.payload::<payload::Gelu>().approximate == GeluApproximation::Tanh)?],
             LayerNorm => {
-                let eps = float(a, "epsilon");
-                let (y, mean, rstd) =
-                    self.layer_norm(xs[0], &rt, int(a, "normalized_rank") as usize, eps)?;
+                let payload::LayerNorm { normalized_rank, epsilon: eps } = d.payload();
+                let (y, mean, rstd) = self.layer_norm(xs[0], &rt, normalized_rank as usize, eps)?;
                 smallvec![y, mean, rstd]
             }
             Attention => {
                 let mask = (xs.len() > 3).then(|| (xs[3], ts[3].clone()));
-                let scale = float(a, "scale");
+                let at = d.payload::<payload::Attention>();
                 smallvec![self.attention(
                     (xs[0], xs[1], xs[2]),
                     (&ts[0], &ts[1], &ts[2]),
                     mask,
-                    (scale, bool(a, "is_causal")),
-                    precision(a),
+                    (at.scale, at.is_causal),
+                    precision(at.precision),
                 )?]
             }
             Composite => self.composite(op)?,
@@ -288,8 +277,8 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn slice_op(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
-        self.slice(x, ty, ints(a, "start_indices"), ints(a, "limit_indices"), ints(a, "strides"), rt)
+    fn slice_op(&mut self, x: V, ty: &Ty, s: payload::Slice, rt: &Ty) -> V {
+        self.slice(x, ty, s.start_indices, s.limit_indices, s.strides, rt)
     }
 
     /// `stablehlo.slice %x [0:1, 0:3:2]`
@@ -329,18 +318,18 @@ impl Emitter<'_> {
         r
     }
 
-    fn pad(&mut self, x: V, value: V, ty: &Ty, a: &Attrs, rt: &Ty) -> V {
+    fn pad(&mut self, x: V, value: V, ty: &Ty, p: payload::Pad, rt: &Ty) -> V {
         let r = self.def();
         self.s("stablehlo.pad ");
         self.val(x);
         self.s(", ");
         self.val(value);
         self.s(", low = ");
-        self.ints(ints(a, "edge_padding_low"));
+        self.ints(p.edge_padding_low);
         self.s(", high = ");
-        self.ints(ints(a, "edge_padding_high"));
+        self.ints(p.edge_padding_high);
         self.s(", interior = ");
-        self.ints(ints(a, "interior_padding"));
+        self.ints(p.interior_padding);
         self.s(" : ");
         self.fn_ty(&[ty, &Ty::scalar(ty.dt)], rt);
         self.end();
@@ -348,7 +337,7 @@ impl Emitter<'_> {
     }
 
     /// Layout [b, f, 0, 1, ...] x [o, i, 0, 1, ...] -> [b, f, 0, 1, ...].
-    fn convolution(&mut self, lhs: V, rhs: V, (tl, tr): (&Ty, &Ty), a: &Attrs, rt: &Ty) -> V {
+    fn convolution(&mut self, lhs: V, rhs: V, (tl, tr): (&Ty, &Ty), c: payload::Convolution, rt: &Ty) -> V {
         let sp = tl.rank().saturating_sub(2);
         let r = self.def();
         self.s("stablehlo.convolution(");
@@ -367,9 +356,9 @@ impl Emitter<'_> {
         self.s("]->[b, f");
         spatial(self);
         self.s("], window = {stride = ");
-        self.ints(ints(a, "window_strides"));
+        self.ints(c.window_strides);
         self.s(", pad = [");
-        let pad = ints(a, "padding");
+        let pad = c.padding;
         for i in 0..pad.len() / 2 {
             if i > 0 {
                 self.s(", ");
@@ -377,16 +366,16 @@ impl Emitter<'_> {
             let _ = write!(self.out, "[{}, {}]", pad[2 * i], pad[2 * i + 1]);
         }
         self.s("], lhs_dilate = ");
-        self.ints(ints(a, "lhs_dilation"));
+        self.ints(c.lhs_dilation);
         self.s(", rhs_dilate = ");
-        self.ints(ints(a, "rhs_dilation"));
+        self.ints(c.rhs_dilation);
         let _ = write!(
             self.out,
             "}} {{batch_group_count = {} : i64, feature_group_count = {} : i64",
-            int(a, "batch_group_count"),
-            int(a, "feature_group_count")
+            c.batch_group_count,
+            c.feature_group_count
         );
-        if let Some(p) = precision(a) {
+        if let Some(p) = precision(c.precision) {
             let _ = write!(
                 self.out,
                 ", precision_config = [#stablehlo<precision {p}>, #stablehlo<precision {p}>]"
@@ -398,14 +387,14 @@ impl Emitter<'_> {
         r
     }
 
-    fn gather(&mut self, x: V, idx: V, (tx, ti): (&Ty, &Ty), a: &Attrs, rt: &Ty) -> V {
+    fn gather(&mut self, x: V, idx: V, (tx, ti): (&Ty, &Ty), g: payload::Gather, rt: &Ty) -> V {
         let r = self.def();
         self.s("\"stablehlo.gather\"(");
         self.val(x);
         self.s(", ");
         self.val(idx);
         self.s(") <{dimension_numbers = #stablehlo.gather<");
-        let g = gather_dims(a);
+        let g = GatherDims::from(g);
         self.dimension_numbers(&g.lists(), g.index_vector_dim);
         self.s(">, indices_are_sorted = false, slice_sizes = ");
         self.array_i64(&g.slice_sizes);

@@ -7,11 +7,10 @@
 
 use crate::emitter::{Emitter, Ty, V};
 use crate::literal::Lit;
-use crate::attrs::{enum_attr, ints, scatter_dims};
 use crate::EmitError;
 use smallvec::SmallVec;
 use std::fmt::Write;
-use tpuc_ir::{Attrs, DType, ReduceKind, ScatterKind, WindowKind};
+use tpuc_ir::{payload, DType, ReduceKind, ScatterDims};
 
 /// The combining op and its identity for a reduction `kind` on `dt`; `None` where the kind
 /// has no meaning for the type (max of complex numbers, `and` of floats).
@@ -170,18 +169,18 @@ impl Emitter<'_> {
     }
 
     /// Padding takes the kind's identity (-inf for max pooling, 0 for sums).
-    pub fn reduce_window(&mut self, x: V, ty: &Ty, a: &Attrs, rt: &Ty) -> Result<V, EmitError> {
-        let comb = self.combiner_or_err(enum_attr::<WindowKind>(a, "kind").into(), ty.dt)?;
-        let (bd, wd) = (ints(a, "base_dilations"), ints(a, "window_dilations"));
+    pub fn reduce_window(&mut self, x: V, ty: &Ty, a: payload::ReduceWindow, rt: &Ty) -> Result<V, EmitError> {
+        let comb = self.combiner_or_err(a.kind.into(), ty.dt)?;
+        let (bd, wd) = (a.base_dilations, a.window_dilations);
         let trivial = bd.iter().chain(wd).all(|&d| d == 1);
         Ok(self.window_reduce(
             x,
             ty,
             comb,
-            ints(a, "window_dimensions"),
-            ints(a, "window_strides"),
+            a.window_dimensions,
+            a.window_strides,
             (!trivial).then_some((bd, wd)),
-            ints(a, "padding"),
+            a.padding,
             rt,
         ))
     }
@@ -262,10 +261,10 @@ impl Emitter<'_> {
         &mut self,
         (x, idx, upd): (V, V, V),
         (tx, ti, tu): (&Ty, &Ty, &Ty),
-        a: &Attrs,
+        a: payload::Scatter,
         rt: &Ty,
     ) -> Result<V, EmitError> {
-        let body = match enum_attr::<ScatterKind>(a, "kind").combiner() {
+        let body = match a.kind.combiner() {
             None => None,
             Some(k) => Some(self.combiner_or_err(k, tx.dt)?.0),
         };
@@ -278,7 +277,7 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(upd);
         self.s(") <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<");
-        let sd = scatter_dims(a);
+        let sd = ScatterDims::from(a);
         self.dimension_numbers(&sd.lists(), sd.index_vector_dim);
         self.s(">, unique_indices = false}> ");
         let args = self.region_begin(&[&s, &s]);
@@ -305,7 +304,7 @@ impl Emitter<'_> {
         x: V,
         src: V,
         (tx, ts): (&Ty, &Ty),
-        a: &Attrs,
+        a: payload::SelectAndScatterAdd,
     ) -> Result<V, EmitError> {
         let (add, zero) = self.combiner_or_err(ReduceKind::Sum, tx.dt)?;
         let s = Ty::scalar(tx.dt);
@@ -319,11 +318,11 @@ impl Emitter<'_> {
         self.s(", ");
         self.val(init);
         self.s(") <{padding = ");
-        self.padding_attr(ints(a, "padding"));
+        self.padding_attr(a.padding);
         self.s(", window_dimensions = ");
-        self.array_i64(ints(a, "window_dimensions"));
+        self.array_i64(a.window_dimensions);
         self.s(", window_strides = ");
-        self.array_i64(ints(a, "window_strides"));
+        self.array_i64(a.window_strides);
         self.s("}> ");
         let args = self.region_begin(&[&s, &s]);
         let ge = self.compare("GE", args[0], args[1], &s);

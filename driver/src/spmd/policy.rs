@@ -189,10 +189,11 @@ fn megatron_pairs(module: &Module) -> Vec<(usize, usize)> {
         let d = module.op(op);
         let mut handled = false;
         if d.opcode() == Opcode::DotGeneral && d.operands().len() == 2 {
-            for (w_side, contract_attr) in [(1usize, "rhs_contracting_dimensions"), (0, "lhs_contracting_dimensions")] {
+            let dot = d.payload::<tpuc_ir::payload::DotGeneral>();
+            for (w_side, contracting) in [(1usize, dot.rhs_contracting_dimensions), (0, dot.lhs_contracting_dimensions)] {
                 let (w, act) = (d.operands()[w_side], d.operands()[1 - w_side]);
                 let Some((i, transposed)) = source(w) else { continue };
-                let Some(&[c @ (0 | 1)]) = d.attrs.ints(contract_attr) else { continue };
+                let &[c @ (0 | 1)] = contracting else { continue };
                 // The weight's own contracted dim (through an odd number of transposes of a
                 // 2-D value the dims swap).
                 let contracted = if transposed { 1 - c as usize } else { c as usize };
