@@ -18,6 +18,7 @@ pub mod boxes;
 pub mod buckets;
 pub mod dynamic;
 pub mod exec;
+pub mod job_graph;
 pub mod logging;
 pub mod options;
 pub mod session;

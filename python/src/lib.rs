@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tpuc_driver::exec::{ExecError, Target};
 use tpuc_driver::session::{self, SessionOptions};
+use tpuc_driver::job_graph;
 use tpuc_driver::DriverError;
 use tpuc_driver::{ConstValue, InputSlot, NodeRef, OutputSlot};
 
@@ -379,6 +380,13 @@ impl Program {
             .iter()
             .map(|t| (session::torch_dtype_name(t.dtype), t.static_dims().unwrap_or_default(), t.size_bytes().unwrap_or(0)))
             .collect()
+    }
+
+    /// The argument index of the seed input a program with random ops takes (int64[2]: two
+    /// 31-bit words, drawn from torch's generator per call), or None.
+    #[getter]
+    fn seed_arg(&self) -> Option<usize> {
+        self.inner.args.iter().position(|a| a.name == tpuc_driver::SEED_INPUT)
     }
 
     /// Argument indices of the user inputs, in the order `run` takes them.
@@ -864,6 +872,72 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
 }
 
+/// The kind of an FX node in a torch.distributed job's graph (see `tpuc_driver::job_graph`).
+#[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum NodeKind {
+    Placeholder,
+    Output,
+    Compute,
+    Eager,
+    Collective,
+    Wait,
+    Getitem,
+    Other,
+}
+
+impl From<NodeKind> for job_graph::NodeKind {
+    fn from(k: NodeKind) -> Self {
+        match k {
+            NodeKind::Placeholder => job_graph::NodeKind::Placeholder,
+            NodeKind::Output => job_graph::NodeKind::Output,
+            NodeKind::Compute => job_graph::NodeKind::Compute,
+            NodeKind::Eager => job_graph::NodeKind::Eager,
+            NodeKind::Collective => job_graph::NodeKind::Collective,
+            NodeKind::Wait => job_graph::NodeKind::Wait,
+            NodeKind::Getitem => job_graph::NodeKind::Getitem,
+            NodeKind::Other => job_graph::NodeKind::Other,
+        }
+    }
+}
+
+/// A job graph's node table, built node by node in graph order; the split into regions and the
+/// schedule of its collectives are decided in `tpuc_driver::job_graph`.
+#[pyclass(module = "tpuc._C")]
+#[derive(Default)]
+struct JobGraph {
+    nodes: Vec<job_graph::JobNode>,
+}
+
+#[pymethods]
+impl JobGraph {
+    #[new]
+    fn new() -> Self {
+        JobGraph::default()
+    }
+
+    /// Adds a node reading the nodes `inputs` (indices of nodes added before); returns its index.
+    fn add(&mut self, kind: NodeKind, target: String, inputs: Vec<usize>) -> PyResult<usize> {
+        let n = self.nodes.len();
+        if let Some(bad) = inputs.iter().find(|&&i| i >= n) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!("node {n} reads node {bad}, which is not added yet")));
+        }
+        self.nodes.push(job_graph::JobNode { kind: kind.into(), target, inputs });
+        Ok(n)
+    }
+
+    /// The compute regions, each a list of node indices, to compile as one program each.
+    fn regions(&self) -> Vec<Vec<usize>> {
+        job_graph::regions(&self.nodes)
+    }
+
+    /// The node order that overlaps collectives with compute (each wait right after its
+    /// collective without `overlap`).
+    fn schedule(&self, overlap: bool) -> Option<Vec<usize>> {
+        job_graph::schedule(&self.nodes, overlap)
+    }
+}
+
 #[pymodule]
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The driver's warnings (a damaged cache entry, a tier turned off) on stderr, as the CLI
@@ -873,6 +947,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<HostBuffer>()?;
     m.add_class::<DeviceArray>()?;
+    m.add_class::<NodeKind>()?;
+    m.add_class::<JobGraph>()?;
     m.add_function(wrap_pyfunction!(transfer_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_host_aliasing, m)?)?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;

@@ -181,9 +181,15 @@ class CompiledGraph:
         _LIVE.add(self)
 
         # ---- the call plan
+        # A program with random ops takes one more argument, the seed: each call draws it from
+        # torch's default generator (`torch.manual_seed` reproduces a run), so no executable
+        # holds random state (the front end lowers the random ops; see `frontend-fx/src/ops/random.rs`).
+        self.seed_arg = self.program.seed_arg
+        if self.seed_arg is not None:
+            STATS["random_graphs"] += 1
         arg_to_ph = {}
         for ph, slot in enumerate(self.program.input_slots):
-            if isinstance(slot, int):
+            if isinstance(slot, int) and slot != self.seed_arg:
                 arg_to_ph[slot] = ph
         args = self.program.args
         size_args = dict((ai, sym) for sym, ai in self.program.size_args)
@@ -200,8 +206,9 @@ class CompiledGraph:
         # Where device memory is not host memory, a copied weight stays on the device until its
         # tensor changes; on the CPU plugin one it cannot read in place is copied every call.
         self.copies_resident = opts.target != "cpu" or not opts.host_aliasing
-        # User arguments: a placeholder, or (bucketed) the real size of a symbol.
-        self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
+        # User arguments: a placeholder, the seed, or (bucketed) the real size of a symbol.
+        self.user_plan = [_SEED if ai == self.seed_arg else arg_to_ph[ai] if ai in arg_to_ph else size_args[ai]
+                          for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
         self.returns_sequence = isinstance(out, (list, tuple))
         out_nodes = list(out) if self.returns_sequence else [out]
@@ -340,6 +347,9 @@ class CompiledGraph:
         for ph in self.user_plan:
             if isinstance(ph, str):
                 continue
+            if ph is _SEED:
+                inputs.append(to_dlpack(draw_seed()))
+                continue
             t = args[ph]
             if not isinstance(t, torch.Tensor):  # a SymInt input: its value
                 inputs.append(to_dlpack(_size_tensor(int(t))))
@@ -365,6 +375,11 @@ class CompiledGraph:
         per_rank: list[list] = [[] for _ in range(batch.ranks)]
         for ai, (aname, *_rest) in enumerate(self.program.args):
             if ai in self.size_arg_set:
+                continue
+            if ai == self.seed_arg:  # one seed for all ranks, as their generators are seeded alike
+                seed = draw_seed()
+                for row in per_rank:
+                    row.append(to_dlpack(seed))
                 continue
             ph = self.arg_to_ph[ai]
             t = args[ph] if ph < self.num_args else self.constants[ph]
@@ -413,6 +428,14 @@ class CompiledGraph:
 
 
 _SIZES: dict[int, torch.Tensor] = {}
+# The seed argument's place in a call plan.
+_SEED = object()
+
+
+def draw_seed() -> torch.Tensor:
+    """A random program's seed input for one call: two 31-bit words from torch's default
+    generator."""
+    return torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)
 
 
 def _contiguous_strides(shape: tuple) -> tuple:

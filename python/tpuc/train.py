@@ -42,6 +42,7 @@ from . import _C
 from . import optim as _optim
 from ._torch_version import check_torch_version
 from .errors import TpucError, node_source
+from .graph import draw_seed
 from .options import Options
 from .stats import STATS
 
@@ -158,7 +159,7 @@ class _Program:
                     self.state_args.append((ai, e))
         for ai in program.user_args:
             self.user_args.append(program.args[ai][0])
-        self.random = bool(self.user_args) and self.user_args[-1] == "tpuc_rng_seed"
+        self.random = program.seed_arg is not None
 
 
 class TrainStep:
@@ -265,7 +266,7 @@ class TrainStep:
                     part = part.cpu().contiguous()
                 inputs.append(to_dlpack(part))
         if prog.random:
-            inputs.append(to_dlpack(torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)))
+            inputs.append(to_dlpack(draw_seed()))
         t1 = time.perf_counter_ns()
         try:
             results = prog.program.step(inputs)
