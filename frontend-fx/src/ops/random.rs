@@ -67,7 +67,7 @@ pub fn draws(node: &crate::schema::Node<'_>) -> bool {
 // are those torch recorded for the result.
 
 fn result_type(cx: &Ctx) -> R<TensorType> {
-    cx.out_type(0).ok_or_else(|| OpError(format!("{}: the result has no recorded tensor type", cx.node.target)))
+    cx.out_type(0).ok_or_else(|| OpError::Refused(format!("{}: the result has no recorded tensor type", cx.node.target)))
 }
 
 /// Uniform numbers of the result's shape, in `dt`.
