@@ -198,6 +198,75 @@ struct Program {
     download_ns: AtomicU64,
 }
 
+/// What an argument of a program's `main` is.
+#[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum ArgKind {
+    UserInput,
+    Parameter,
+    Buffer,
+    Constant,
+    /// A symbolic size passed as a rank-0 integer tensor.
+    SymInt,
+    /// The seed input of random ops (a user input of int64[2], drawn per call).
+    Seed,
+}
+
+impl ArgKind {
+    fn of(a: &session::ArgInfo) -> ArgKind {
+        use tpuc_driver::ArgKind as K;
+        match a.kind {
+            K::UserInput if a.name == tpuc_driver::SEED_INPUT => ArgKind::Seed,
+            K::UserInput => ArgKind::UserInput,
+            K::Parameter => ArgKind::Parameter,
+            K::Buffer => ArgKind::Buffer,
+            K::Constant => ArgKind::Constant,
+            K::SymInt => ArgKind::SymInt,
+        }
+    }
+}
+
+/// One argument of a program's `main`.
+#[pyclass(module = "tpuc._C", frozen, get_all)]
+struct Arg {
+    name: String,
+    kind: ArgKind,
+    /// torch's name of the dtype (`float32`).
+    dtype: &'static str,
+    /// The static dims (empty where a dim is symbolic).
+    dims: Vec<i64>,
+    bytes: usize,
+}
+
+#[pymethods]
+impl Arg {
+    /// A parameter, buffer or constant: a value that comes with the program, not the call.
+    #[getter]
+    fn is_weight(&self) -> bool {
+        matches!(self.kind, ArgKind::Parameter | ArgKind::Buffer | ArgKind::Constant)
+    }
+}
+
+/// Where one input of the graph goes.
+#[pyclass(module = "tpuc._C", frozen)]
+enum Input {
+    /// Argument `index` of `main`.
+    Arg { index: usize },
+    /// A constant the program folded in (the call's value is not read).
+    Const { value: Py<PyAny> },
+}
+
+/// Where one output of the graph comes from.
+#[pyclass(module = "tpuc._C", frozen)]
+enum Output {
+    /// Result `index` of `main`.
+    Result { index: usize },
+    /// A constant.
+    Const { value: Py<PyAny> },
+    /// A symbolic size expression (`8*s27`).
+    Sym { expr: String },
+}
+
 fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAny>> {
     Ok(match c {
         ConstValue::None => py.None().into_bound(py),
@@ -323,29 +392,31 @@ impl Program {
         &self.inner.name
     }
 
-    /// Per signature input: the argument index of `main`, or `("const", value)`.
+    /// Per signature input (the graph's placeholders, then the seed input where there is
+    /// one): `Input.Arg(index)`, an argument of `main`, or `Input.Const(value)`.
     #[getter]
-    fn input_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn input_slots(&self, py: Python<'_>) -> PyResult<Vec<Input>> {
         self.inner
             .inputs
             .iter()
             .map(|s| match s {
-                InputSlot::Arg(i) => Ok(i.into_pyobject(py)?.into_any()),
-                InputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
+                InputSlot::Arg(i) => Ok(Input::Arg { index: *i }),
+                InputSlot::Const(c) => Ok(Input::Const { value: const_to_py(py, c)?.unbind() }),
             })
             .collect()
     }
 
-    /// Per signature output: `("result", i)`, `("const", value)` or `("sym", text)`.
+    /// Per signature output: `Output.Result(index)`, `Output.Const(value)` or
+    /// `Output.Sym(expr)` (a symbolic size, evaluated by `sym_output`).
     #[getter]
-    fn output_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn output_slots(&self, py: Python<'_>) -> PyResult<Vec<Output>> {
         self.inner
             .outputs
             .iter()
             .map(|s| match s {
-                OutputSlot::Result(i) => Ok(("result", *i).into_pyobject(py)?.into_any()),
-                OutputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
-                OutputSlot::Sym(e) => Ok(("sym", e.to_string()).into_pyobject(py)?.into_any()),
+                OutputSlot::Result(i) => Ok(Output::Result { index: *i }),
+                OutputSlot::Const(c) => Ok(Output::Const { value: const_to_py(py, c)?.unbind() }),
+                OutputSlot::Sym(e) => Ok(Output::Sym { expr: e.to_string() }),
             })
             .collect()
     }
@@ -360,14 +431,18 @@ impl Program {
         }
     }
 
-    /// `main`'s arguments: (name, kind, torch dtype name, dims, bytes).
+    /// `main`'s arguments.
     #[getter]
-    fn args(&self) -> Vec<(String, &'static str, &'static str, Vec<i64>, usize)> {
+    fn args(&self) -> Vec<Arg> {
         self.inner
             .args
             .iter()
-            .map(|a| {
-                (a.name.clone(), a.kind.name(), session::torch_dtype_name(a.ty.dtype), a.ty.static_dims().unwrap_or_default(), a.bytes)
+            .map(|a| Arg {
+                name: a.name.clone(),
+                kind: ArgKind::of(a),
+                dtype: session::torch_dtype_name(a.ty.dtype),
+                dims: a.ty.static_dims().unwrap_or_default(),
+                bytes: a.bytes,
             })
             .collect()
     }
@@ -386,7 +461,7 @@ impl Program {
     /// 31-bit words, drawn from torch's generator per call), or None.
     #[getter]
     fn seed_arg(&self) -> Option<usize> {
-        self.inner.args.iter().position(|a| a.name == tpuc_driver::SEED_INPUT)
+        self.inner.args.iter().position(|a| ArgKind::of(a) == ArgKind::Seed)
     }
 
     /// Argument indices of the user inputs, in the order `run` takes them.
@@ -948,6 +1023,10 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HostBuffer>()?;
     m.add_class::<DeviceArray>()?;
     m.add_class::<NodeKind>()?;
+    m.add_class::<ArgKind>()?;
+    m.add_class::<Arg>()?;
+    m.add_class::<Input>()?;
+    m.add_class::<Output>()?;
     m.add_class::<JobGraph>()?;
     m.add_function(wrap_pyfunction!(transfer_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_host_aliasing, m)?)?;

@@ -189,17 +189,17 @@ class CompiledGraph:
             STATS["random_graphs"] += 1
         arg_to_ph = {}
         for ph, slot in enumerate(self.program.input_slots):
-            if isinstance(slot, int) and slot != self.seed_arg:
-                arg_to_ph[slot] = ph
+            if isinstance(slot, _C.Input.Arg) and slot.index != self.seed_arg:
+                arg_to_ph[slot.index] = ph
         args = self.program.args
         size_args = dict((ai, sym) for sym, ai in self.program.size_args)
-        for ai, (aname, akind, *_rest) in enumerate(args):
-            if akind == "symint" and bucket is None:
-                raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
+        for a in args:
+            if a.kind == _C.ArgKind.SymInt and bucket is None:
+                raise TpucError(f"tpuc: {name}: symbolic size argument `{a.name}`: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.arg_to_ph = arg_to_ph
         self.size_arg_set = set(size_args)
-        self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
+        self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a.is_weight]
         # Per weight: the address read in place (an int), or (address, version, generation) of
         # the copy on the device; None before the first call.
         self.weight_state: list = [None] * len(self.weight_plan)
@@ -215,8 +215,8 @@ class CompiledGraph:
         results = self.program.results
         plan = []
         for k, slot in enumerate(self.program.output_slots):
-            if slot[0] == "result":
-                dt, dims, nbytes = results[slot[1]]
+            if isinstance(slot, _C.Output.Result):
+                dt, dims, nbytes = results[slot.index]
                 stride = None
                 v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
                 # (Not for a bucketed graph: int() of a symbolic stride would specialize its
@@ -230,15 +230,15 @@ class CompiledGraph:
                         stride = tuple(int(s) for s in v.stride())
                     except Exception:  # symbolic strides: keep contiguous
                         stride = None
-                plan.append((slot[1], _DTYPES[dt], tuple(dims), nbytes, stride))
-            elif slot[0] == "const":
-                plan.append((None, slot[1]))
-            elif bucket is not None and slot[1] in bucket:
-                plan.append(("size", slot[1]))
+                plan.append((slot.index, _DTYPES[dt], tuple(dims), nbytes, stride))
+            elif isinstance(slot, _C.Output.Const):
+                plan.append((None, slot.value))
+            elif bucket is not None and slot.expr in bucket:
+                plan.append(("size", slot.expr))
             elif bucket is not None and self._sym_output_ok(k):
                 plan.append(("expr", k))  # a size expression (`8*s27`), evaluated per call
             else:
-                raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot[1]}: graphs are compiled per shape",
+                raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot.expr}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
 
@@ -373,7 +373,8 @@ class CompiledGraph:
             raise TpucError(f"tpuc: {self.name}: compiled {was}, called by run_ranks with {batch.ranks} ranks; "
                             "use a fresh torch.compile (or torch._dynamo.reset())", kind="ranks", graph=self.name)
         per_rank: list[list] = [[] for _ in range(batch.ranks)]
-        for ai, (aname, *_rest) in enumerate(self.program.args):
+        for ai, arg in enumerate(self.program.args):
+            aname = arg.name
             if ai in self.size_arg_set:
                 continue
             if ai == self.seed_arg:  # one seed for all ranks, as their generators are seeded alike
