@@ -18,6 +18,7 @@ pub mod boxes;
 pub mod buckets;
 pub mod dynamic;
 pub mod exec;
+pub mod job_graph;
 pub mod logging;
 pub mod options;
 pub mod session;
@@ -31,8 +32,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 pub use tpuc_frontend_fx::{supported_targets, ConstValue, ImportError, Imported, InputSlot, NodeRef, OutputSlot, SEED_INPUT};
-/// The dtype of tensors crossing the boundary (the extension checks DLPack tensors against it).
-pub use tpuc_ir::DType;
+/// What each argument of a program is, and the dtype of tensors crossing the boundary (the
+/// extension checks DLPack tensors against it).
+pub use tpuc_ir::{ArgKind, DType};
 use tpuc_ir::{Module, TensorData};
 use tpuc_lowering_stablehlo::{EmitError, EmitOptions};
 use tpuc_passes::{PassError, PassManager, PassTiming};

@@ -638,7 +638,7 @@ impl Walk<'_, '_> {
         b.loc = Some(loc);
         let mut vals = {
             let mut cx = Ctx { b, node, st, outs };
-            f(&mut cx).map_err(|e| ImportError::Op { at: boxed(), message: e.0 })?
+            f(&mut cx).map_err(|e| ImportError::Op { at: boxed(), message: e.to_string() })?
         };
         if let Some(p) = scope {
             // Ops are allocated in order: those from first_op on are this node's.

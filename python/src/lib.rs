@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tpuc_driver::exec::{ExecError, Target};
 use tpuc_driver::session::{self, SessionOptions};
+use tpuc_driver::job_graph;
 use tpuc_driver::DriverError;
 use tpuc_driver::{ConstValue, InputSlot, NodeRef, OutputSlot};
 
@@ -197,6 +198,75 @@ struct Program {
     download_ns: AtomicU64,
 }
 
+/// What an argument of a program's `main` is.
+#[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum ArgKind {
+    UserInput,
+    Parameter,
+    Buffer,
+    Constant,
+    /// A symbolic size passed as a rank-0 integer tensor.
+    SymInt,
+    /// The seed input of random ops (a user input of int64[2], drawn per call).
+    Seed,
+}
+
+impl ArgKind {
+    fn of(a: &session::ArgInfo) -> ArgKind {
+        use tpuc_driver::ArgKind as K;
+        match a.kind {
+            K::UserInput if a.name == tpuc_driver::SEED_INPUT => ArgKind::Seed,
+            K::UserInput => ArgKind::UserInput,
+            K::Parameter => ArgKind::Parameter,
+            K::Buffer => ArgKind::Buffer,
+            K::Constant => ArgKind::Constant,
+            K::SymInt => ArgKind::SymInt,
+        }
+    }
+}
+
+/// One argument of a program's `main`.
+#[pyclass(module = "tpuc._C", frozen, get_all)]
+struct Arg {
+    name: String,
+    kind: ArgKind,
+    /// torch's name of the dtype (`float32`).
+    dtype: &'static str,
+    /// The static dims (empty where a dim is symbolic).
+    dims: Vec<i64>,
+    bytes: usize,
+}
+
+#[pymethods]
+impl Arg {
+    /// A parameter, buffer or constant: a value that comes with the program, not the call.
+    #[getter]
+    fn is_weight(&self) -> bool {
+        matches!(self.kind, ArgKind::Parameter | ArgKind::Buffer | ArgKind::Constant)
+    }
+}
+
+/// Where one input of the graph goes.
+#[pyclass(module = "tpuc._C", frozen)]
+enum Input {
+    /// Argument `index` of `main`.
+    Arg { index: usize },
+    /// A constant the program folded in (the call's value is not read).
+    Const { value: Py<PyAny> },
+}
+
+/// Where one output of the graph comes from.
+#[pyclass(module = "tpuc._C", frozen)]
+enum Output {
+    /// Result `index` of `main`.
+    Result { index: usize },
+    /// A constant.
+    Const { value: Py<PyAny> },
+    /// A symbolic size expression (`8*s27`).
+    Sym { expr: String },
+}
+
 fn const_to_py<'py>(py: Python<'py>, c: &ConstValue) -> PyResult<Bound<'py, PyAny>> {
     Ok(match c {
         ConstValue::None => py.None().into_bound(py),
@@ -322,29 +392,31 @@ impl Program {
         &self.inner.name
     }
 
-    /// Per signature input: the argument index of `main`, or `("const", value)`.
+    /// Per signature input (the graph's placeholders, then the seed input where there is
+    /// one): `Input.Arg(index)`, an argument of `main`, or `Input.Const(value)`.
     #[getter]
-    fn input_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn input_slots(&self, py: Python<'_>) -> PyResult<Vec<Input>> {
         self.inner
             .inputs
             .iter()
             .map(|s| match s {
-                InputSlot::Arg(i) => Ok(i.into_pyobject(py)?.into_any()),
-                InputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
+                InputSlot::Arg(i) => Ok(Input::Arg { index: *i }),
+                InputSlot::Const(c) => Ok(Input::Const { value: const_to_py(py, c)?.unbind() }),
             })
             .collect()
     }
 
-    /// Per signature output: `("result", i)`, `("const", value)` or `("sym", text)`.
+    /// Per signature output: `Output.Result(index)`, `Output.Const(value)` or
+    /// `Output.Sym(expr)` (a symbolic size, evaluated by `sym_output`).
     #[getter]
-    fn output_slots<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn output_slots(&self, py: Python<'_>) -> PyResult<Vec<Output>> {
         self.inner
             .outputs
             .iter()
             .map(|s| match s {
-                OutputSlot::Result(i) => Ok(("result", *i).into_pyobject(py)?.into_any()),
-                OutputSlot::Const(c) => Ok(("const", const_to_py(py, c)?).into_pyobject(py)?.into_any()),
-                OutputSlot::Sym(e) => Ok(("sym", e.to_string()).into_pyobject(py)?.into_any()),
+                OutputSlot::Result(i) => Ok(Output::Result { index: *i }),
+                OutputSlot::Const(c) => Ok(Output::Const { value: const_to_py(py, c)?.unbind() }),
+                OutputSlot::Sym(e) => Ok(Output::Sym { expr: e.to_string() }),
             })
             .collect()
     }
@@ -359,14 +431,18 @@ impl Program {
         }
     }
 
-    /// `main`'s arguments: (name, kind, torch dtype name, dims, bytes).
+    /// `main`'s arguments.
     #[getter]
-    fn args(&self) -> Vec<(String, &'static str, &'static str, Vec<i64>, usize)> {
+    fn args(&self) -> Vec<Arg> {
         self.inner
             .args
             .iter()
-            .map(|a| {
-                (a.name.clone(), a.kind.name(), session::torch_dtype_name(a.ty.dtype), a.ty.static_dims().unwrap_or_default(), a.bytes)
+            .map(|a| Arg {
+                name: a.name.clone(),
+                kind: ArgKind::of(a),
+                dtype: session::torch_dtype_name(a.ty.dtype),
+                dims: a.ty.static_dims().unwrap_or_default(),
+                bytes: a.bytes,
             })
             .collect()
     }
@@ -379,6 +455,13 @@ impl Program {
             .iter()
             .map(|t| (session::torch_dtype_name(t.dtype), t.static_dims().unwrap_or_default(), t.size_bytes().unwrap_or(0)))
             .collect()
+    }
+
+    /// The argument index of the seed input a program with random ops takes (int64[2]: two
+    /// 31-bit words, drawn from torch's generator per call), or None.
+    #[getter]
+    fn seed_arg(&self) -> Option<usize> {
+        self.inner.args.iter().position(|a| ArgKind::of(a) == ArgKind::Seed)
     }
 
     /// Argument indices of the user inputs, in the order `run` takes them.
@@ -864,6 +947,72 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
 }
 
+/// The kind of an FX node in a torch.distributed job's graph (see `tpuc_driver::job_graph`).
+#[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum NodeKind {
+    Placeholder,
+    Output,
+    Compute,
+    Eager,
+    Collective,
+    Wait,
+    Getitem,
+    Other,
+}
+
+impl From<NodeKind> for job_graph::NodeKind {
+    fn from(k: NodeKind) -> Self {
+        match k {
+            NodeKind::Placeholder => job_graph::NodeKind::Placeholder,
+            NodeKind::Output => job_graph::NodeKind::Output,
+            NodeKind::Compute => job_graph::NodeKind::Compute,
+            NodeKind::Eager => job_graph::NodeKind::Eager,
+            NodeKind::Collective => job_graph::NodeKind::Collective,
+            NodeKind::Wait => job_graph::NodeKind::Wait,
+            NodeKind::Getitem => job_graph::NodeKind::Getitem,
+            NodeKind::Other => job_graph::NodeKind::Other,
+        }
+    }
+}
+
+/// A job graph's node table, built node by node in graph order; the split into regions and the
+/// schedule of its collectives are decided in `tpuc_driver::job_graph`.
+#[pyclass(module = "tpuc._C")]
+#[derive(Default)]
+struct JobGraph {
+    nodes: Vec<job_graph::JobNode>,
+}
+
+#[pymethods]
+impl JobGraph {
+    #[new]
+    fn new() -> Self {
+        JobGraph::default()
+    }
+
+    /// Adds a node reading the nodes `inputs` (indices of nodes added before); returns its index.
+    fn add(&mut self, kind: NodeKind, target: String, inputs: Vec<usize>) -> PyResult<usize> {
+        let n = self.nodes.len();
+        if let Some(bad) = inputs.iter().find(|&&i| i >= n) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!("node {n} reads node {bad}, which is not added yet")));
+        }
+        self.nodes.push(job_graph::JobNode { kind: kind.into(), target, inputs });
+        Ok(n)
+    }
+
+    /// The compute regions, each a list of node indices, to compile as one program each.
+    fn regions(&self) -> Vec<Vec<usize>> {
+        job_graph::regions(&self.nodes)
+    }
+
+    /// The node order that overlaps collectives with compute (each wait right after its
+    /// collective without `overlap`).
+    fn schedule(&self, overlap: bool) -> Option<Vec<usize>> {
+        job_graph::schedule(&self.nodes, overlap)
+    }
+}
+
 #[pymodule]
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The driver's warnings (a damaged cache entry, a tier turned off) on stderr, as the CLI
@@ -873,6 +1022,12 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<HostBuffer>()?;
     m.add_class::<DeviceArray>()?;
+    m.add_class::<NodeKind>()?;
+    m.add_class::<ArgKind>()?;
+    m.add_class::<Arg>()?;
+    m.add_class::<Input>()?;
+    m.add_class::<Output>()?;
+    m.add_class::<JobGraph>()?;
     m.add_function(wrap_pyfunction!(transfer_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_host_aliasing, m)?)?;
     m.add_function(wrap_pyfunction!(supported_targets, m)?)?;

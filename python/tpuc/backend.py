@@ -30,7 +30,6 @@ import torch
 import torch.fx
 
 from . import distributed as _dist
-from . import random as _random
 from . import ranks as _ranks
 from ._torch_version import check_torch_version
 from .errors import TpucError, TpucFallbackWarning, TpucUnsupportedError, node_source
@@ -141,8 +140,7 @@ class SavedLayout:
     def around(inner, gm: torch.fx.GraphModule):
         from .graph import CompiledGraph
 
-        whole = inner.inner if isinstance(inner, _random.Seeded) else inner
-        if isinstance(whole, CompiledGraph):
+        if isinstance(inner, CompiledGraph):
             return inner
         plan = []
         for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
@@ -287,14 +285,6 @@ class _Backend:
             raise
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
-        # Random ops draw from tpuc.uniform and a seed input each call takes from torch's
-        # generator (see `random.py`).
-        if _random.rewrite(gm):
-            STATS["random_graphs"] += 1
-            return _random.Seeded(self._compile_graph(gm, example_inputs, kind))
-        return self._compile_graph(gm, example_inputs, kind)
-
-    def _compile_graph(self, gm: torch.fx.GraphModule, example_inputs, kind: str):
         STATS["aot_graphs"] += 1
         static: set[int] = set()
         buffers: set[int] = set()

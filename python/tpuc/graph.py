@@ -181,35 +181,42 @@ class CompiledGraph:
         _LIVE.add(self)
 
         # ---- the call plan
+        # A program with random ops takes one more argument, the seed: each call draws it from
+        # torch's default generator (`torch.manual_seed` reproduces a run), so no executable
+        # holds random state (the front end lowers the random ops; see `frontend-fx/src/ops/random.rs`).
+        self.seed_arg = self.program.seed_arg
+        if self.seed_arg is not None:
+            STATS["random_graphs"] += 1
         arg_to_ph = {}
         for ph, slot in enumerate(self.program.input_slots):
-            if isinstance(slot, int):
-                arg_to_ph[slot] = ph
+            if isinstance(slot, _C.Input.Arg) and slot.index != self.seed_arg:
+                arg_to_ph[slot.index] = ph
         args = self.program.args
         size_args = dict((ai, sym) for sym, ai in self.program.size_args)
-        for ai, (aname, akind, *_rest) in enumerate(args):
-            if akind == "symint" and bucket is None:
-                raise TpucError(f"tpuc: {name}: symbolic size argument `{aname}`: graphs are compiled per shape",
+        for a in args:
+            if a.kind == _C.ArgKind.SymInt and bucket is None:
+                raise TpucError(f"tpuc: {name}: symbolic size argument `{a.name}`: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.arg_to_ph = arg_to_ph
         self.size_arg_set = set(size_args)
-        self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a[1] in ("parameter", "buffer", "constant")]
+        self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a.is_weight]
         # Per weight: the address read in place (an int), or (address, version, generation) of
         # the copy on the device; None before the first call.
         self.weight_state: list = [None] * len(self.weight_plan)
         # Where device memory is not host memory, a copied weight stays on the device until its
         # tensor changes; on the CPU plugin one it cannot read in place is copied every call.
         self.copies_resident = opts.target != "cpu" or not opts.host_aliasing
-        # User arguments: a placeholder, or (bucketed) the real size of a symbol.
-        self.user_plan = [arg_to_ph[ai] if ai in arg_to_ph else size_args[ai] for ai in self.program.user_args]
+        # User arguments: a placeholder, the seed, or (bucketed) the real size of a symbol.
+        self.user_plan = [_SEED if ai == self.seed_arg else arg_to_ph[ai] if ai in arg_to_ph else size_args[ai]
+                          for ai in self.program.user_args]
         out = gm.graph.output_node().args[0]
         self.returns_sequence = isinstance(out, (list, tuple))
         out_nodes = list(out) if self.returns_sequence else [out]
         results = self.program.results
         plan = []
         for k, slot in enumerate(self.program.output_slots):
-            if slot[0] == "result":
-                dt, dims, nbytes = results[slot[1]]
+            if isinstance(slot, _C.Output.Result):
+                dt, dims, nbytes = results[slot.index]
                 stride = None
                 v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
                 # (Not for a bucketed graph: int() of a symbolic stride would specialize its
@@ -223,15 +230,15 @@ class CompiledGraph:
                         stride = tuple(int(s) for s in v.stride())
                     except Exception:  # symbolic strides: keep contiguous
                         stride = None
-                plan.append((slot[1], _DTYPES[dt], tuple(dims), nbytes, stride))
-            elif slot[0] == "const":
-                plan.append((None, slot[1]))
-            elif bucket is not None and slot[1] in bucket:
-                plan.append(("size", slot[1]))
+                plan.append((slot.index, _DTYPES[dt], tuple(dims), nbytes, stride))
+            elif isinstance(slot, _C.Output.Const):
+                plan.append((None, slot.value))
+            elif bucket is not None and slot.expr in bucket:
+                plan.append(("size", slot.expr))
             elif bucket is not None and self._sym_output_ok(k):
                 plan.append(("expr", k))  # a size expression (`8*s27`), evaluated per call
             else:
-                raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot[1]}: graphs are compiled per shape",
+                raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot.expr}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
 
@@ -340,6 +347,9 @@ class CompiledGraph:
         for ph in self.user_plan:
             if isinstance(ph, str):
                 continue
+            if ph is _SEED:
+                inputs.append(to_dlpack(draw_seed()))
+                continue
             t = args[ph]
             if not isinstance(t, torch.Tensor):  # a SymInt input: its value
                 inputs.append(to_dlpack(_size_tensor(int(t))))
@@ -363,8 +373,14 @@ class CompiledGraph:
             raise TpucError(f"tpuc: {self.name}: compiled {was}, called by run_ranks with {batch.ranks} ranks; "
                             "use a fresh torch.compile (or torch._dynamo.reset())", kind="ranks", graph=self.name)
         per_rank: list[list] = [[] for _ in range(batch.ranks)]
-        for ai, (aname, *_rest) in enumerate(self.program.args):
+        for ai, arg in enumerate(self.program.args):
+            aname = arg.name
             if ai in self.size_arg_set:
+                continue
+            if ai == self.seed_arg:  # one seed for all ranks, as their generators are seeded alike
+                seed = draw_seed()
+                for row in per_rank:
+                    row.append(to_dlpack(seed))
                 continue
             ph = self.arg_to_ph[ai]
             t = args[ph] if ph < self.num_args else self.constants[ph]
@@ -413,6 +429,14 @@ class CompiledGraph:
 
 
 _SIZES: dict[int, torch.Tensor] = {}
+# The seed argument's place in a call plan.
+_SEED = object()
+
+
+def draw_seed() -> torch.Tensor:
+    """A random program's seed input for one call: two 31-bit words from torch's default
+    generator."""
+    return torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)
 
 
 def _contiguous_strides(shape: tuple) -> tuple:

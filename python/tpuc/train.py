@@ -42,6 +42,7 @@ from . import _C
 from . import optim as _optim
 from ._torch_version import check_torch_version
 from .errors import TpucError, node_source
+from .graph import draw_seed
 from .options import Options
 from .stats import STATS
 
@@ -151,14 +152,14 @@ class _Program:
         self.program = program
         self.state_args: list[tuple[int, _Entry]] = []
         self.user_args: list[str] = []
-        for ai, (name, kind, *_rest) in enumerate(program.args):
-            if kind in ("parameter", "buffer"):
-                e = entries_by_name.get(name)
+        for ai, a in enumerate(program.args):
+            if a.kind in (_C.ArgKind.Parameter, _C.ArgKind.Buffer):
+                e = entries_by_name.get(a.name)
                 if e is not None:
                     self.state_args.append((ai, e))
         for ai in program.user_args:
-            self.user_args.append(program.args[ai][0])
-        self.random = bool(self.user_args) and self.user_args[-1] == "tpuc_rng_seed"
+            self.user_args.append(program.args[ai].name)
+        self.random = program.seed_arg is not None
 
 
 class TrainStep:
@@ -265,7 +266,7 @@ class TrainStep:
                     part = part.cpu().contiguous()
                 inputs.append(to_dlpack(part))
         if prog.random:
-            inputs.append(to_dlpack(torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)))
+            inputs.append(to_dlpack(draw_seed()))
         t1 = time.perf_counter_ns()
         try:
             results = prog.program.step(inputs)
@@ -360,7 +361,8 @@ class TrainStep:
         with torch.no_grad():
             for ai, e in prog.state_args:
                 buf = prog.program.read_weight(ai)
-                _name, _kind, dt, dims, _n = prog.program.args[ai]
+                a = prog.program.args[ai]
+                dt, dims = a.dtype, a.dims
                 value = torch.frombuffer(buf, dtype=_DTYPES[dt]).reshape(dims) if len(buf) else torch.empty(dims, dtype=_DTYPES[dt])
                 if e.kind == "param":
                     e.param.copy_(value)
@@ -440,9 +442,9 @@ class TrainStep:
         STATS[f"cache_{program.cache}"] += 1
         prog = _Program(program, self._by_name)
         # Constants lifted from the graph are set once.
-        for ai, (aname, akind, *_r) in enumerate(program.args):
-            if akind == "constant" and program.can_run:
-                program.set_weight(ai, to_dlpack(self._constants[aname].detach().contiguous()))
+        for ai, a in enumerate(program.args):
+            if a.kind == _C.ArgKind.Constant and program.can_run:
+                program.set_weight(ai, to_dlpack(self._constants[a.name].detach().contiguous()))
         self.trace_seconds = t1 - t0
         self.compile_seconds = time.perf_counter() - t1
         return prog

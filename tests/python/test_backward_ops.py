@@ -332,7 +332,7 @@ class Noisy(nn.Module):
 
 def _first_draws(seed: torch.Tensor):
     """What Noisy draws for `seed`: its streams in graph order (randn takes two, Box-Muller)."""
-    from tpuc.random import _uniform_eager
+    from rng_reference import uniform as _uniform_eager
 
     u1, u2 = _uniform_eager(seed, 0, [64, 16], torch.float32), _uniform_eager(seed, 1, [64, 16], torch.float32)
     noise = torch.sqrt(torch.log1p(-u1) * -2.0) * torch.cos(u2 * (2 * torch.pi))

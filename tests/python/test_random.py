@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tpuc
-from tpuc.random import _uniform_eager
+from rng_reference import uniform as _uniform_eager
 
 N = 1_000_000
 STRICT = {"strict": True}
@@ -97,12 +97,17 @@ def test_seeding_follows_torch():
     assert not torch.equal(f(x), a), "another seed, another run"
 
 
-def test_compiled_generator_matches_its_eager_kernel_bit_for_bit():
-    torch.manual_seed(0)
-    seed = torch.tensor([12345, 678910], dtype=torch.int64)
-    for dtype in (torch.float32, torch.bfloat16, torch.float64):
-        f = compiled(lambda s: torch.ops.tpuc.uniform(s, 3, [17, 33], dtype))
-        assert torch.equal(f(seed), _uniform_eager(seed, 3, [17, 33], dtype)), dtype
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_compiled_generator_matches_the_reference_bit_for_bit(dtype):
+    """Each call's seed is the next two 31-bit words of torch's generator; the graph's random
+    ops are streams 0, 1, ... of it in graph order."""
+    f = compiled(lambda: (torch.rand(17, 33, dtype=dtype), torch.rand(5, dtype=dtype)))
+    torch.manual_seed(21)
+    seed = torch.randint(0, 2**31 - 1, (2,), dtype=torch.int64)
+    torch.manual_seed(21)
+    a, b = f()
+    assert torch.equal(a, _uniform_eager(seed, 0, [17, 33], dtype))
+    assert torch.equal(b, _uniform_eager(seed, 1, [5], dtype))
 
 
 def test_a_model_with_dropout_trains_as_one_forward_and_one_backward_program():

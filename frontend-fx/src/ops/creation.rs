@@ -122,7 +122,7 @@ enum Bound {
 
 fn bound(cx: &Ctx, name: &str, default: Option<Num>) -> R<Bound> {
     match cx.opt(name)? {
-        None => default.map(Bound::Num).ok_or_else(|| OpError(format!("missing argument `{name}`"))),
+        None => default.map(Bound::Num).ok_or_else(|| OpError::Refused(format!("missing argument `{name}`"))),
         Some(Arg::SymInt(s)) => {
             let e = cx.sym_of(&s)?;
             Ok(match e.as_const() {

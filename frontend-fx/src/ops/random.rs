@@ -1,15 +1,13 @@
-//! Random numbers with their state an explicit input of the program: `tpuc.uniform(seed,
-//! stream, size, dtype)` (the op tpuc's `torch.compile` backend writes for torch's random ops,
-//! see `python/tpuc/random.py`) is a counter-based generator, so an executable holds no hidden
-//! state and stays correct when cached.
-//!
-//! The generator itself (the hash of each element's position) is in `build::random`.
+//! torch's random ops (dropout, the samplers, their `*.generator` overloads with
+//! `generator=None`), lowered onto the counter-based generator of `build::random`: every random
+//! op of a program draws its own stream of one more user input, the seed, so an executable holds
+//! no hidden state and stays correct when cached. The CLI fills the seed from `--seed`; the
+//! `torch.compile` backend and `train_step` draw it from torch's generator at every call.
 
 use crate::ops::build::*;
 use Opcode as O;
 
 pub const OPS: &[(&str, OpFn)] = &[
-    ("torch.ops.tpuc.uniform.default", uniform),
     ("native_dropout.default", native_dropout),
     ("dropout.default", dropout),
     ("rand.default", rand),
@@ -39,8 +37,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("normal.Tensor_Tensor", normal_tensors),
 ];
 
-/// Whether `node` draws random numbers: one of the ATen random ops (the targets of `OPS` but
-/// the first; a dropout only in training with `p > 0`), or attention with `dropout_p > 0`. A
+/// Whether `node` draws random numbers: one of the ATen random ops (the targets of `OPS`; a
+/// dropout only in training with `p > 0`), or attention with `dropout_p > 0`. A
 /// program with any such node gets one more user input, the seed (see `SEED_INPUT`).
 pub fn draws(node: &crate::schema::Node<'_>) -> bool {
     let Some(op) = node.target.strip_prefix("torch.ops.aten.") else { return false };
@@ -48,7 +46,7 @@ pub fn draws(node: &crate::schema::Node<'_>) -> bool {
     if op == "scaled_dot_product_attention.default" {
         return matches!(arg("dropout_p"), Some(Arg::Float(p)) if p != 0.0);
     }
-    if !OPS[1..].iter().any(|(t, _)| *t == op) {
+    if !OPS.iter().any(|(t, _)| *t == op) {
         return false;
     }
     if op.contains("dropout") {
@@ -63,23 +61,13 @@ pub fn draws(node: &crate::schema::Node<'_>) -> bool {
     true
 }
 
-fn uniform(cx: &mut Ctx) -> R<Vec<Val>> {
-    let seed = cx.t("seed")?;
-    let stream = cx.int("stream")?;
-    let dims = cx.size_dims("size")?;
-    let dt = cx.opt_dtype("dtype")?.unwrap_or(dtypes::DEFAULT_FLOAT);
-    one(draw(cx, seed, stream, &dims, dt)?)
-}
-
 // ---------------------------------------------------------------- ATen random ops
 //
-// The same arithmetic as `python/tpuc/random.py`'s rewrite of them onto `tpuc.uniform`, for
-// programs that carry them as exported (`tpuc run --seed`). Each op of the program draws from
-// its own stream, numbered in graph order; sizes and dtypes are those torch recorded for the
-// result.
+// Each op of the program draws from its own stream, numbered in graph order; sizes and dtypes
+// are those torch recorded for the result.
 
 fn result_type(cx: &Ctx) -> R<TensorType> {
-    cx.out_type(0).ok_or_else(|| OpError(format!("{}: the result has no recorded tensor type", cx.node.target)))
+    cx.out_type(0).ok_or_else(|| OpError::Refused(format!("{}: the result has no recorded tensor type", cx.node.target)))
 }
 
 /// Uniform numbers of the result's shape, in `dt`.
@@ -89,7 +77,7 @@ fn draw_like_result(cx: &mut Ctx, dt: DType) -> R<ValueId> {
     draw(cx, seed, stream, &ty.dims, dt)
 }
 
-/// Box-Muller on two streams, in f32 (f64 for f64 results), as the Python rewrite.
+/// Box-Muller on two streams, in f32 (f64 for f64 results).
 fn standard_normal(cx: &mut Ctx, dt: DType) -> R<ValueId> {
     let work = if dt == DType::F64 { DType::F64 } else { DType::F32 };
     let u1 = draw_like_result(cx, work)?;

@@ -51,7 +51,7 @@ fn sv(cx: &Ctx, name: &str) -> R<SV> {
         Some(Arg::Int(i)) => Ok(SV::Int(SymExpr::constant(i))),
         Some(Arg::Float(f)) => Ok(SV::Float(f)),
         Some(Arg::Bool(b)) => Ok(SV::Bool(Some(b))),
-        Some(Arg::SymFloat(f)) => f.map(SV::Float).ok_or_else(|| OpError("symbolic floats are not supported".into())),
+        Some(Arg::SymFloat(f)) => f.map(SV::Float).ok_or_else(|| OpError::Refused("symbolic floats are not supported".into())),
         Some(Arg::SymBool(b)) => Ok(SV::Bool(b)),
         Some(Arg::SymInt(s)) => Ok(SV::Int(cx.sym_of(&s)?)),
         Some(Arg::Tensor(n)) => match cx.st.env.get(&n) {

@@ -19,10 +19,6 @@ try:  # transformers' grouped GEMM ops (torch.ops.transformers.*) are defined on
     import transformers.integrations.moe  # noqa: F401
 except ImportError:
     pass
-try:  # tpuc's own ops (torch.ops.tpuc.*) are defined by its Python package
-    import tpuc.random  # noqa: F401
-except ImportError:
-    pass
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "ops")
 targets = []

@@ -16,39 +16,43 @@ pub const MAX_WINDOW: i64 = 1 << 20;
 pub const MAX_TABLE: i64 = 1 << 24;
 
 /// An error inside one lowering; the importer adds the node, target and source line.
-#[derive(Debug, Clone)]
-pub struct OpError(pub String);
-
-impl From<IrError> for OpError {
-    fn from(e: IrError) -> Self {
-        OpError(e.to_string())
-    }
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OpError {
+    /// The node is outside what its lowering takes: an argument missing, of another kind or out
+    /// of range, or a form of the op tpuc does not lower (the message says which).
+    #[error("{0}")]
+    Refused(String),
+    /// An op the lowering built failed its shape rule.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A constant the lowering built does not fit its type.
+    #[error(transparent)]
+    Data(#[from] tpuc_ir::attr::TensorDataError),
+    /// Reading a nested graph or a constant of the program failed.
+    #[error("{0}")]
+    Import(String),
 }
+
 impl From<String> for OpError {
     fn from(e: String) -> Self {
-        OpError(e)
+        OpError::Refused(e)
     }
 }
 impl From<&str> for OpError {
     fn from(e: &str) -> Self {
-        OpError(e.to_string())
+        OpError::Refused(e.to_string())
     }
 }
 impl From<crate::error::ImportError> for OpError {
     fn from(e: crate::error::ImportError) -> Self {
-        OpError(e.to_string())
-    }
-}
-impl From<tpuc_ir::attr::TensorDataError> for OpError {
-    fn from(e: tpuc_ir::attr::TensorDataError) -> Self {
-        OpError(e.to_string())
+        OpError::Import(e.to_string())
     }
 }
 
 pub type R<T> = Result<T, OpError>;
 
 pub fn err<T>(msg: impl Into<String>) -> R<T> {
-    Err(OpError(msg.into()))
+    Err(OpError::Refused(msg.into()))
 }
 
 /// The value an FX name stands for.
@@ -184,13 +188,13 @@ pub fn check_window(v: i64, lo: i64, what: &str) -> R<i64> {
 pub fn table_size(sizes: &[i64], what: &str) -> R<i64> {
     let mut n: i64 = 1;
     for &s in sizes {
-        n = n.checked_mul(s.max(0)).filter(|&v| v <= MAX_TABLE).ok_or_else(|| OpError(format!("{what} is too large to tabulate")))?;
+        n = n.checked_mul(s.max(0)).filter(|&v| v <= MAX_TABLE).ok_or_else(|| OpError::Refused(format!("{what} is too large to tabulate")))?;
     }
     Ok(n)
 }
 
 pub fn static_of(d: &Dim, what: &str) -> R<i64> {
-    d.as_static().ok_or_else(|| OpError(format!("{what} must be static, got {d}")))
+    d.as_static().ok_or_else(|| OpError::Refused(format!("{what} must be static, got {d}")))
 }
 
 impl<'a, 'm> Ctx<'a, 'm> {
@@ -218,7 +222,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     }
 
     fn lookup_name(&self, n: &str) -> R<&'a Val> {
-        self.st.env.get(n).ok_or_else(|| OpError(format!("value `{n}` is not defined before its use")))
+        self.st.env.get(n).ok_or_else(|| OpError::Refused(format!("value `{n}` is not defined before its use")))
     }
 
     pub fn tensor_by_name(&self, n: &str) -> R<ValueId> {
@@ -283,7 +287,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
 
     /// An int or SymInt argument as an expression.
     pub fn sym(&self, name: &str) -> R<SymExpr> {
-        self.opt_sym(name)?.ok_or_else(|| OpError(format!("missing int argument `{name}`")))
+        self.opt_sym(name)?.ok_or_else(|| OpError::Refused(format!("missing int argument `{name}`")))
     }
 
     pub fn opt_sym(&self, name: &str) -> R<Option<SymExpr>> {
@@ -323,7 +327,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     }
 
     pub fn int(&self, name: &str) -> R<i64> {
-        self.opt_int(name)?.ok_or_else(|| OpError(format!("missing int argument `{name}`")))
+        self.opt_int(name)?.ok_or_else(|| OpError::Refused(format!("missing int argument `{name}`")))
     }
 
     pub fn int_or(&self, name: &str, default: i64) -> R<i64> {
@@ -346,13 +350,13 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
         let v = self.syms(name)?;
         v.iter()
-            .map(|e| e.as_const().ok_or_else(|| OpError(format!("argument `{name}` has a symbolic entry {e}"))))
+            .map(|e| e.as_const().ok_or_else(|| OpError::Refused(format!("argument `{name}` has a symbolic entry {e}"))))
             .collect::<R<Vec<_>>>()
             .map(Some)
     }
 
     pub fn ints(&self, name: &str) -> R<Vec<i64>> {
-        self.opt_ints(name)?.ok_or_else(|| OpError(format!("missing int list argument `{name}`")))
+        self.opt_ints(name)?.ok_or_else(|| OpError::Refused(format!("missing int list argument `{name}`")))
     }
 
     pub fn ints_or(&self, name: &str, default: &[i64]) -> R<Vec<i64>> {
@@ -428,7 +432,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     }
 
     pub fn num(&self, name: &str) -> R<Num> {
-        self.opt_num(name)?.ok_or_else(|| OpError(format!("missing number argument `{name}`")))
+        self.opt_num(name)?.ok_or_else(|| OpError::Refused(format!("missing number argument `{name}`")))
     }
 
     /// A tensor-or-number argument.
@@ -509,10 +513,10 @@ impl<'a, 'm> Ctx<'a, 'm> {
     /// although [`norm_dim`] accepts dim 0 and -1 for it).
     pub fn dim_size(&self, v: ValueId, d: usize) -> R<Dim> {
         let t = self.b.ty(v);
-        t.dims.get(d).cloned().ok_or_else(|| OpError(format!("dim {d} out of range for {t}")))
+        t.dims.get(d).cloned().ok_or_else(|| OpError::Refused(format!("dim {d} out of range for {t}")))
     }
     pub fn static_dims(&self, v: ValueId, what: &str) -> R<Vec<i64>> {
-        self.b.ty(v).static_dims().ok_or_else(|| OpError(format!("{what} needs static shapes, got {}", self.b.ty(v))))
+        self.b.ty(v).static_dims().ok_or_else(|| OpError::Refused(format!("{what} needs static shapes, got {}", self.b.ty(v))))
     }
 
     // ---------------------------------------------------------------- promotion and broadcasting
@@ -535,7 +539,7 @@ impl<'a, 'm> Ctx<'a, 'm> {
     /// ATen's `result_type` of the operands.
     pub fn result_type(&self, ops: &[Operand]) -> R<DType> {
         let parts: Vec<Participant> = ops.iter().map(|o| self.participant(o)).collect();
-        dtypes::result_type(&parts).map_err(OpError)
+        dtypes::result_type(&parts).map_err(OpError::Refused)
     }
 
     /// The broadcast shape of the tensor operands.

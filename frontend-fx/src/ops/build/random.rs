@@ -13,8 +13,8 @@
 //! ```
 //!
 //! so `u` is uniform on `[0, 1)` with every value exactly representable in the result dtype
-//! (24 bits for f32, 11 for f16, 8 for bf16, 32 for f64). Python's eager kernel of the op
-//! computes the same bits. Positions follow the real sizes, so a bucketed program (symbolic
+//! (24 bits for f32, 11 for f16, 8 for bf16, 32 for f64). `tests/python/rng_reference.py`
+//! computes the same bits in eager PyTorch. Positions follow the real sizes, so a bucketed program (symbolic
 //! dims padded) draws the same numbers for the real elements as the unpadded one. Shifts are divisions by powers of two (unsigned), which XLA turns
 //! back into shifts.
 
@@ -66,7 +66,7 @@ fn bits_for(dt: DType) -> R<u32> {
         DType::F64 => 32,
         DType::F16 => 11,
         DType::BF16 => 8,
-        other => return err(format!("tpuc.uniform makes floats, not {other}")),
+        other => return err(format!("random draws are floats, not {other}")),
     })
 }
 
@@ -81,7 +81,7 @@ pub fn draw(cx: &mut Ctx, seed: ValueId, stream: i64, dims: &[Dim], dt: DType) -
         return err(format!("a random draw of {n} elements exceeds the generator's 2^32 positions"));
     }
     if cx.ty(seed).dims.as_slice() != [Dim::Static(2)] {
-        return err(format!("tpuc.uniform: the seed must be a tensor of 2 integers, got {}", cx.ty(seed)));
+        return err(format!("the seed input must be a tensor of 2 integers, got {}", cx.ty(seed)));
     }
     let seed = cx.convert(seed, DType::U32)?;
     let word = |cx: &mut Ctx, i: i64| -> R<ValueId> {

@@ -79,7 +79,7 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
         return err(format!("slice step must be positive, got {step}"));
     }
     let dims = cx.dims(x);
-    let size = dims.get(dim).cloned().ok_or_else(|| OpError(format!("dim {dim} out of range")))?;
+    let size = dims.get(dim).cloned().ok_or_else(|| OpError::Refused(format!("dim {dim} out of range")))?;
     let const_of = |e: &Option<SymExpr>| e.as_ref().map(|e| e.as_const());
     if let Dim::Static(n) = size {
         let clampi = |v: i64| -> i64 {

@@ -21,7 +21,7 @@ pub fn count_true(cx: &mut Ctx, x: ValueId) -> R<ValueId> {
 /// `v` with dim `dim` declared data-dependent: its first `count` entries are valid, and the dim
 /// is the symbol torch recorded for output `out` (its `u0`), bounded by `v`'s size.
 pub fn bind_dim(cx: &mut Ctx, v: ValueId, dim: usize, count: ValueId, out: usize, what: &str) -> R<ValueId> {
-    let want = cx.out_type(out).ok_or_else(|| OpError(format!("{what}: torch recorded no shape for the result")))?;
+    let want = cx.out_type(out).ok_or_else(|| OpError::Refused(format!("{what}: torch recorded no shape for the result")))?;
     let mut ty = cx.ty(v);
     match want.dims.get(dim) {
         Some(Dim::Sym(e)) if e.as_symbol().is_some() => ty.dims[dim] = Dim::Sym(e.clone()),

@@ -155,7 +155,7 @@ fn fit(cx: &mut Ctx, i: usize, v: ValueId) -> R<Val> {
     }
     let Some(t) = cx.out_type(i) else { return Ok(Val::Tensor(v)) };
     let v = cx.convert(v, t.dtype)?;
-    let want = t.static_dims().ok_or_else(|| OpError(format!("embedding_bag: result {i} has a symbolic type {t}")))?;
+    let want = t.static_dims().ok_or_else(|| OpError::Refused(format!("embedding_bag: result {i} has a symbolic type {t}")))?;
     let have = cx.static_dims(v, "embedding_bag result")?;
     if want == have {
         return Ok(Val::Tensor(v));
@@ -334,7 +334,7 @@ fn bag_weight_grad(
         if by_freq {
             return err("embedding_bag backward: max mode does not scale the gradient by frequency");
         }
-        let mi = max_indices.ok_or_else(|| OpError("embedding_bag backward: max mode needs max_indices".into()))?;
+        let mi = max_indices.ok_or_else(|| OpError::Refused("embedding_bag backward: max mode needs max_indices".into()))?;
         let gd = cx.dims(g);
         if cx.dims(mi) != gd {
             return err(format!("embedding_bag backward: max_indices {} does not fit grad {}", cx.ty(mi), cx.ty(g)));

@@ -206,7 +206,7 @@ pub(super) fn movedim(cx: &mut Ctx) -> R<Vec<Val>> {
     let r = cx.rank(x);
     let src = cx.syms("source")?;
     let dst = cx.syms("destination")?;
-    let konst = |v: Vec<SymExpr>| -> R<Vec<i64>> { v.iter().map(|e| e.as_const().ok_or_else(|| OpError("symbolic dim".into()))).collect() };
+    let konst = |v: Vec<SymExpr>| -> R<Vec<i64>> { v.iter().map(|e| e.as_const().ok_or_else(|| OpError::Refused("symbolic dim".into()))).collect() };
     let (src, dst) = (konst(src)?, konst(dst)?);
     if src.len() != dst.len() {
         return err("movedim: source and destination differ in length");
