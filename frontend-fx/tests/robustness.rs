@@ -392,6 +392,12 @@ fn sweep_value(g: &mut Gen, ty: &str) -> serde_json::Value {
 
 /// A program of one node calling `s.target` on schema-shaped arguments drawn by `seed`.
 fn schema_case(s: &OpSchema, seed: u64) -> serde_json::Value {
+    schema_case_with(s, seed, None)
+}
+
+/// [`schema_case`], with argument `fixed.0` given as `fixed.1` (left out when `None`) instead of
+/// drawn; the other arguments are drawn as without it.
+fn schema_case_with(s: &OpSchema, seed: u64, fixed: Option<(&str, Option<&serde_json::Value>)>) -> serde_json::Value {
     use serde_json::json;
     let mut g = Gen(seed | 1);
     let mut tensor_values = serde_json::Map::new();
@@ -403,6 +409,12 @@ fn schema_case(s: &OpSchema, seed: u64) -> serde_json::Value {
     input_specs.push(json!({ "user_input": { "arg": { "as_sym_int": { "as_name": "n" } } } }));
     let mut inputs = Vec::new();
     for (name, ty, default) in &s.args {
+        if let Some((fixed, value)) = fixed.filter(|(f, _)| f == name) {
+            if let Some(v) = value {
+                inputs.push(json!({ "name": fixed, "arg": v, "kind": 1 }));
+            }
+            continue;
+        }
         if *default && g.one_in(3) {
             continue;
         }
@@ -541,4 +553,48 @@ fn a_flipped_bit_in_a_stored_entry_is_refused_naming_it() {
             assert!(err.contains(&name) && err.contains("CRC-32 mismatch"), "{name}: {err}");
         }
     }
+}
+
+/// An omitted argument lowers exactly as its schema default written out. For each entry of
+/// `src/ops/build/defaults.tsv`, schema-shaped cases with the argument left out and with the
+/// table's value given import to the same IR text, or fail with the same message.
+#[test]
+fn an_omitted_argument_lowers_as_its_schema_default() {
+    use serde_json::json;
+    let table = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ops/build/defaults.tsv")).unwrap();
+    let import_text = |v: serde_json::Value| {
+        tpuc_frontend_fx::import_bytes(serde_json::to_vec(&v).unwrap())
+            .map(|imp| tpuc_ir::print_module(&imp.module))
+            .map_err(|e| e.to_string())
+    };
+    let (mut entries, mut compared) = (0, 0);
+    for line in table.lines().filter(|l| !l.is_empty()) {
+        let [target, name, kind, value] = line.split('\t').collect::<Vec<_>>()[..] else { panic!("bad line {line:?}") };
+        let s = schemas().iter().find(|s| s.target.strip_prefix("torch.ops.aten.").unwrap_or(&s.target) == target).unwrap_or_else(|| panic!("{target} is not in op_schemas.tsv"));
+        let given = match kind {
+            "bool" => json!({ "as_bool": value == "true" }),
+            "int" => json!({ "as_int": value.parse::<i64>().unwrap() }),
+            "float" => json!({ "as_float": value.parse::<f64>().unwrap() }),
+            "ints" => json!({ "as_ints": value.split(',').filter(|v| !v.is_empty()).map(|v| v.parse::<i64>().unwrap()).collect::<Vec<_>>() }),
+            "str" => json!({ "as_string": value }),
+            "dtype" => json!({ "as_scalar_type": value.parse::<i64>().unwrap() }),
+            other => panic!("unknown kind {other}"),
+        };
+        entries += 1;
+        // Seeds until two cases import (or 64 were tried).
+        let mut imported = 0;
+        for seed in 1..=64 {
+            let omitted = import_text(schema_case_with(s, seed, Some((name, None))));
+            let written = import_text(schema_case_with(s, seed, Some((name, Some(&given)))));
+            assert_eq!(omitted, written, "{target} `{name}` (seed {seed}): omitted and written out differ");
+            imported += usize::from(omitted.is_ok());
+            if imported == 2 {
+                break;
+            }
+        }
+        compared += usize::from(imported > 0);
+    }
+    // Hostile arguments refuse many cases; enough must import for the comparison to mean much.
+    assert!(compared * 2 > entries, "only {compared} of {entries} defaults were compared on an imported case");
+    eprintln!("{compared} of {entries} defaults compared on an imported case");
 }

@@ -21,7 +21,7 @@ pub const OPS: &[(&str, OpFn)] = &[
 
 /// A reduce op's kind, and whether it averages.
 fn reduce_op(cx: &Ctx, x: ValueId) -> R<(ReduceKind, bool)> {
-    let op = cx.str_or("reduce_op", "sum")?;
+    let op = cx.str("reduce_op")?;
     let int = cx.dtype(x).is_int() || cx.dtype(x).is_bool();
     Ok(match op.to_ascii_lowercase().as_str() {
         "sum" => (ReduceKind::Sum, false),
@@ -41,7 +41,7 @@ fn reduce_op(cx: &Ctx, x: ValueId) -> R<(ReduceKind, bool)> {
 }
 
 fn group(cx: &Ctx) -> R<Attr> {
-    Ok(Attr::Str(cx.str_or("group_name", "0")?))
+    Ok(Attr::Str(cx.str("group_name")?))
 }
 
 fn group_size(cx: &Ctx) -> R<i64> {

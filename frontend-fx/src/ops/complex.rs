@@ -136,7 +136,7 @@ fn fft_dims(cx: &Ctx, x: ValueId) -> R<Vec<usize>> {
 /// The factor turning an unnormalized (forward) or XLA-normalized (inverse) transform of
 /// signal size `n` into ATen's `normalization`.
 fn norm_factor(cx: &Ctx, n: f64, inverse: bool) -> R<f64> {
-    norm_scale(cx.int_or("normalization", 0)?, n, inverse)
+    norm_scale(cx.int("normalization")?, n, inverse)
 }
 
 fn signal_size(cx: &Ctx, x: ValueId, dims: &[usize]) -> f64 {
@@ -151,7 +151,7 @@ fn fft_r2c(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("an FFT needs f32 or f64 input, got {}", cx.ty(x)));
     }
     let dims = fft_dims(cx, x)?;
-    let onesided = cx.bool_or("onesided", true)?;
+    let onesided = cx.bool("onesided")?;
     let n = signal_size(cx, x, &dims);
     let y = if onesided {
         let (&last, rest) = dims.split_last().ok_or("no fft dims")?;
@@ -175,7 +175,7 @@ fn fft_c2c(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("_fft_c2c needs a complex input, got {}", cx.ty(x)));
     }
     let dims = fft_dims(cx, x)?;
-    let forward = cx.bool_or("forward", true)?;
+    let forward = cx.bool("forward")?;
     let n = signal_size(cx, x, &dims);
     let y = c2c_along(cx, x, &dims, !forward)?;
     let k = norm_factor(cx, n, !forward)?;

@@ -255,7 +255,7 @@ fn eye(cx: &mut Ctx) -> R<Vec<Val>> {
 /// Keeps elements with `col - row` <= diagonal (lower) or >= diagonal (upper).
 fn triangle(cx: &mut Ctx, lower: bool) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let d = cx.int_or("diagonal", 0)?;
+    let d = cx.int("diagonal")?;
     let dims = cx.dims(x);
     let r = dims.len();
     if r < 2 {

@@ -86,8 +86,8 @@ fn scatter_to(cx: &mut Ctx, init: Scalar, dtype: DType, size: i64, at: ValueId, 
 /// The shared body of `_unique2` and `unique_consecutive` on the flattened `x`: `order` sorts
 /// it first (the source position of each sorted element is then where the inverse goes).
 fn unique_of(cx: &mut Ctx, x: ValueId, order: bool, what: &str) -> R<Vec<Val>> {
-    let inverse_wanted = cx.bool_or("return_inverse", false)?;
-    let counts_wanted = cx.bool_or("return_counts", false)?;
+    let inverse_wanted = cx.bool("return_inverse")?;
+    let counts_wanted = cx.bool("return_counts")?;
     let dims = cx.static_dims(x, what)?;
     let n: i64 = dims.iter().product();
     let dt = cx.dtype(x);

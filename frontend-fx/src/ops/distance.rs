@@ -67,7 +67,7 @@ fn cdist_v(cx: &mut Ctx, x1: ValueId, x2: ValueId, p: f64) -> R<ValueId> {
 fn cdist(cx: &mut Ctx) -> R<Vec<Val>> {
     let x1 = cx.t("x1")?;
     let x2 = cx.t("x2")?;
-    let p = cx.float_or("p", 2.0)?;
+    let p = cx.float("p")?;
     check_p(p)?;
     let dt = cx.result_type(&[Operand::T(x1), Operand::T(x2)])?;
     if !dt.is_float() {
@@ -80,7 +80,7 @@ fn cdist(cx: &mut Ctx) -> R<Vec<Val>> {
 /// The distances of the pairs i < j of the rows of x [N, M], in row-major order.
 fn pdist(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let p = cx.float_or("p", 2.0)?;
+    let p = cx.float("p")?;
     check_p(p)?;
     if cx.rank(x) != 2 || !cx.dtype(x).is_float() {
         return err(format!("pdist needs a float [N, M] tensor, got {}", cx.ty(x)));

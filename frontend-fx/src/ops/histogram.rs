@@ -268,7 +268,7 @@ fn count(cx: &mut Ctx, axes: &[Axis], n: &SymExpr, dt: DType) -> R<ValueId> {
     let flat = scatter_rows(cx, init, cell, upd, ScatterKind::Add)?;
     let out: Vec<Dim> = axes.iter().map(|a| Dim::Static(a.bins)).collect();
     let mut hist = cx.reshape(flat, out.clone())?;
-    if cx.bool_or("density", false)? {
+    if cx.bool("density")? {
         let all: Vec<usize> = (0..axes.len()).collect();
         let total = cx.reduce(hist, ReduceKind::Sum, &all, false)?;
         let total = cx.broadcast_to(total, &out)?;
@@ -301,7 +301,7 @@ fn bin_ct_axes(cx: &mut Ctx, cols: &[ValueId], n: &SymExpr, bins: &[i64]) -> R<V
 fn histogram(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let (cols, n) = columns(cx, x, false)?;
-    let bins = cx.int_or("bins", 100)?;
+    let bins = cx.int("bins")?;
     if !(1..=MAX_TABLE).contains(&bins) {
         return err(format!("histogram bins {bins} out of range"));
     }

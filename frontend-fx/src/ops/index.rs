@@ -147,12 +147,12 @@ fn scatter_src(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn scatter_src_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let s = cx.t("src")?;
-    let k = reduce_kind(&cx.str_or("reduce", "add")?)?;
+    let k = reduce_kind(&cx.str("reduce")?)?;
     scatter_impl(cx, Operand::T(s), k)
 }
 fn scatter_value_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let v = cx.operand("value")?;
-    let k = reduce_kind(&cx.str_or("reduce", "add")?)?;
+    let k = reduce_kind(&cx.str("reduce")?)?;
     scatter_impl(cx, v, k)
 }
 fn scatter_add(cx: &mut Ctx) -> R<Vec<Val>> {
@@ -171,8 +171,8 @@ fn scatter_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let src = cx.t("src")?;
     check_index(cx, idx, x)?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
-    let reduce = cx.str_or("reduce", "sum")?;
-    let include_self = cx.bool_or("include_self", true)?;
+    let reduce = cx.str("reduce")?;
+    let include_self = cx.bool("include_self")?;
     let dt = cx.dtype(x);
     let src = cx.convert(src, dt)?;
     let src = fit_src(cx, src, idx)?;
@@ -283,7 +283,7 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let idxs = cx.opt_tensors("indices")?;
     let values = cx.t("values")?;
-    let accumulate = cx.bool_or("accumulate", false)?;
+    let accumulate = cx.bool("accumulate")?;
     let dt = cx.dtype(x);
     let values = cx.convert(values, dt)?;
     // x[mask] = v with a boolean mask over x's leading dims: a select of v broadcast to x, or,
@@ -390,8 +390,8 @@ fn index_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let idx = cx.t("index")?;
     let idx = at_least_1d(cx, idx)?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
-    let reduce = cx.str_or("reduce", "")?;
-    let include_self = cx.bool_or("include_self", true)?;
+    let reduce = cx.str("reduce")?;
+    let include_self = cx.bool("include_self")?;
     if cx.rank(idx) != 1 {
         return err("index_reduce needs a 1-D index");
     }
@@ -456,10 +456,10 @@ fn mean_of(cx: &mut Ctx, r: ValueId, x: ValueId, counts: ValueId, hit: ValueId, 
 fn slice_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let src = cx.t("src")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let start = cx.opt_int("start")?;
     let end = cx.opt_int("end")?.filter(|&e| e < MAX_SIZE);
-    let step = cx.int_or("step", 1)?;
+    let step = cx.int("step")?;
     one(slice_scatter_v(cx, x, src, dim, start, end, step)?)
 }
 
@@ -555,7 +555,7 @@ fn put(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let idx = cx.t("index")?;
     let src = cx.t("source")?;
-    let accumulate = cx.bool_or("accumulate", false)?;
+    let accumulate = cx.bool("accumulate")?;
     let Some(n) = cx.ty(x).num_elements() else { return err("put needs a static shape") };
     let Some(k) = cx.ty(idx).num_elements() else { return err("put needs a static index") };
     if cx.ty(src).num_elements() != Some(k) {
@@ -586,7 +586,7 @@ fn put(cx: &mut Ctx) -> R<Vec<Val>> {
 fn nonzero_static(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let size = cx.int("size")?;
-    let fill = cx.int_or("fill_value", -1)?;
+    let fill = cx.int("fill_value")?;
     if size < 0 {
         return err(format!("nonzero_static size {size} must be non-negative"));
     }

@@ -335,7 +335,7 @@ fn contract(cx: &mut Ctx, a: Labeled, b: Labeled, keep: &[char]) -> R<Labeled> {
 }
 
 fn einsum(cx: &mut Ctx) -> R<Vec<Val>> {
-    let eq = cx.str_or("equation", "")?;
+    let eq = cx.str("equation")?;
     let xs = cx.tensors("tensors")?;
     if xs.is_empty() {
         return err("einsum without operands");

@@ -208,7 +208,7 @@ fn perm_sign(cx: &mut Ctx, piv: ValueId, dtype: DType) -> R<ValueId> {
 fn lu_factor_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     matrix(cx, a, "linalg_lu_factor")?;
-    if !cx.bool_or("pivot", true)? {
+    if !cx.bool("pivot")? {
         return err("LU without pivoting is not supported (pivot=False)");
     }
     let (lu, piv) = factor(cx, a)?;
@@ -253,7 +253,7 @@ fn unpack(cx: &mut Ctx, lu: ValueId, piv: ValueId) -> R<(ValueId, ValueId, Value
 fn linalg_lu(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     matrix(cx, a, "linalg_lu")?;
-    if !cx.bool_or("pivot", true)? {
+    if !cx.bool("pivot")? {
         return err("LU without pivoting is not supported (pivot=False)");
     }
     let (lu, piv) = factor(cx, a)?;
@@ -275,8 +275,8 @@ fn lu_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let piv = cx.t("pivots")?;
     let b = cx.t("B")?;
     unrolled_square(cx, lu, "linalg_lu_solve")?;
-    let left = cx.bool_or("left", true)?;
-    let adjoint = cx.bool_or("adjoint", false)?;
+    let left = cx.bool("left")?;
+    let adjoint = cx.bool("adjoint")?;
     let piv = from_i32_1based(cx, piv)?;
     let b = cx.convert(b, cx.dtype(lu))?;
     // X·A = B is Aᵀ·Xᵀ = Bᵀ.
@@ -294,7 +294,7 @@ fn solve_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     let b = cx.t("B")?;
     unrolled_square(cx, a, "linalg_solve")?;
-    let left = cx.bool_or("left", true)?;
+    let left = cx.bool("left")?;
     let dt = cx.result_type(&[Operand::T(a), Operand::T(b)])?;
     let (a, b) = (cx.convert(a, dt)?, cx.convert(b, dt)?);
     let (ad, bd) = (cx.dims(a), cx.dims(b));

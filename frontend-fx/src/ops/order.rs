@@ -58,7 +58,7 @@ fn operand(cx: &mut Ctx) -> R<(ValueId, usize, bool)> {
     let x = cx.t("self")?;
     let scalar = cx.rank(x) == 0;
     let x = if scalar { cx.reshape(x, vec![Dim::Static(1)])? } else { x };
-    let dim = norm_dim(cx.int_or("dim", -1)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     if cx.dims(x)[dim].as_static().is_none() {
         return err("order statistics along a symbolic dim are not supported");
     }
@@ -111,7 +111,7 @@ fn median_impl(cx: &mut Ctx, skip_nan: bool, whole: bool) -> R<Vec<Val>> {
     if cx.dims(x)[dim].as_static() == Some(0) {
         return err("median of an empty dim is not defined");
     }
-    let keep = !scalar && cx.bool_or("keepdim", false)?;
+    let keep = !scalar && cx.bool("keepdim")?;
     let sorted = sort_v(cx, x, dim, false)?;
     let pos = median_pos(cx, x, dim, skip_nan)?;
     let picked = sorted_at(cx, sorted, dim, pos, keep || scalar)?;
@@ -156,7 +156,7 @@ fn kthvalue(cx: &mut Ctx) -> R<Vec<Val>> {
     if k < 1 || k > n {
         return err(format!("kthvalue k={k} out of range for a dim of size {n}"));
     }
-    let keep = !scalar && cx.bool_or("keepdim", false)?;
+    let keep = !scalar && cx.bool("keepdim")?;
     let sorted = sort_v(cx, x, dim, false)?;
     let mut dims = cx.dims(x);
     dims[dim] = Dim::Static(1);
@@ -167,7 +167,7 @@ fn kthvalue(cx: &mut Ctx) -> R<Vec<Val>> {
 
 fn mode(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, dim, scalar) = operand(cx)?;
-    let keep = !scalar && cx.bool_or("keepdim", false)?;
+    let keep = !scalar && cx.bool("keepdim")?;
     let n = cx.dims(x)[dim].as_static().unwrap_or(0);
     if n == 0 {
         return err("mode of an empty dim is not defined");
@@ -247,8 +247,8 @@ fn search(cx: &mut Ctx, seq: ValueId, vals: Operand, right: bool, out_i32: bool)
 }
 
 fn side_is_right(cx: &Ctx) -> R<bool> {
-    let right = cx.bool_or("right", false)?;
-    match cx.str_or("side", "")?.as_str() {
+    let right = cx.bool("right")?;
+    match cx.opt_str("side")?.as_deref().unwrap_or("") {
         "" => Ok(right),
         "left" if !right => Ok(false),
         "right" => Ok(true),
@@ -260,7 +260,7 @@ fn searchsorted(cx: &mut Ctx) -> R<Vec<Val>> {
     let seq = cx.t("sorted_sequence")?;
     let vals = cx.operand("self")?;
     let right = side_is_right(cx)?;
-    let out_i32 = cx.bool_or("out_int32", false)?;
+    let out_i32 = cx.bool("out_int32")?;
     let seq = match cx.opt_t("sorter")? {
         Some(sorter) => {
             let last = cx.rank(seq).saturating_sub(1);
@@ -277,7 +277,7 @@ fn bucketize(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("bucketize needs 1-D boundaries, got {}", cx.ty(bounds)));
     }
     let vals = cx.operand("self")?;
-    let right = cx.bool_or("right", false)?;
-    let out_i32 = cx.bool_or("out_int32", false)?;
+    let right = cx.bool("right")?;
+    let out_i32 = cx.bool("out_int32")?;
     search(cx, bounds, vals, right, out_i32)
 }

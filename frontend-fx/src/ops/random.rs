@@ -96,8 +96,9 @@ fn standard_normal(cx: &mut Ctx, dt: DType) -> R<ValueId> {
 /// identity and an all-true mask.
 fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
-    let p = cx.float_or("p", 0.5)?;
-    if !cx.bool_or("train", true)? || p == 0.0 {
+    let p = cx.float("p")?;
+    // `train` is `bool?`: only an explicit false turns dropout off.
+    if !cx.opt_bool("train")?.unwrap_or(true) || p == 0.0 {
         let mask = if cx.used(1) { Val::Tensor(cx.full(Scalar::Bool(true), DType::Bool, &cx.dims(x))?) } else { Val::Absent };
         return Ok(vec![Val::Tensor(x), mask]);
     }
@@ -108,8 +109,8 @@ fn native_dropout(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `dropout(input, p, train)`; the identity in eval mode or with `p = 0`.
 fn dropout(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
-    let p = cx.float_or("p", 0.5)?;
-    if !cx.bool_or("train", true)? || p == 0.0 {
+    let p = cx.float("p")?;
+    if !cx.bool("train")? || p == 0.0 {
         return one(x);
     }
     one(drop_with(cx, x, p)?.0)
@@ -143,7 +144,7 @@ fn bernoulli(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `lo + u * (hi - lo)`.
 fn uniform_range(cx: &mut Ctx) -> R<Vec<Val>> {
     let dt = result_type(cx)?.dtype;
-    let (lo, hi) = (cx.float_or("from", 0.0)?, cx.float_or("to", 1.0)?);
+    let (lo, hi) = (cx.float("from")?, cx.float("to")?);
     let u = draw_like_result(cx, dt)?;
     let u = cx.bin_c(O::Mul, u, hi - lo)?;
     one(cx.bin_c(O::Add, u, lo)?)
@@ -152,7 +153,7 @@ fn uniform_range(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `-log(1 - u) / lambda`.
 fn exponential(cx: &mut Ctx) -> R<Vec<Val>> {
     let dt = result_type(cx)?.dtype;
-    let lambd = cx.float_or("lambd", 1.0)?;
+    let lambd = cx.float("lambd")?;
     let u = draw_like_result(cx, dt)?;
     let n = cx.un(O::Neg, u)?;
     let l = cx.un(O::Log1p, n)?;
@@ -162,7 +163,7 @@ fn exponential(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `mean + std * z` with float mean and std.
 fn normal(cx: &mut Ctx) -> R<Vec<Val>> {
     let dt = result_type(cx)?.dtype;
-    let (mean, std) = (cx.float_or("mean", 0.0)?, cx.float_or("std", 1.0)?);
+    let (mean, std) = (cx.float("mean")?, cx.float("std")?);
     let z = standard_normal(cx, dt)?;
     let z = cx.bin_c(O::Mul, z, std)?;
     one(cx.bin_c(O::Add, z, mean)?)

@@ -88,7 +88,8 @@ fn reduce_dims(cx: &Ctx, x: ValueId, name: &str) -> R<Vec<usize>> {
 }
 
 fn keepdim(cx: &Ctx) -> R<bool> {
-    cx.bool_or("keepdim", false)
+    // Overloads without `keepdim` (`sum.default`, ...) reduce to a scalar.
+    Ok(cx.opt_bool("keepdim")?.unwrap_or(false))
 }
 
 /// Result dtype of sum/prod: the `dtype` argument, i64 for integers and bool, else the input's.
@@ -275,7 +276,8 @@ fn correction(cx: &Ctx) -> R<f64> {
     if let Some(c) = cx.opt_num("correction")? {
         return Ok(c.as_f64());
     }
-    Ok(if cx.bool_or("unbiased", true)? { 1.0 } else { 0.0 })
+    // A None `correction`, and the `correction` overloads (which have no `unbiased`), mean 1.
+    Ok(if cx.opt_bool("unbiased")?.unwrap_or(true) { 1.0 } else { 0.0 })
 }
 
 fn var_like(cx: &mut Ctx, std: bool, with_mean: bool) -> R<Vec<Val>> {
@@ -371,7 +373,7 @@ fn norm(cx: &mut Ctx) -> R<Vec<Val>> {
 /// f32 and round once.
 fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
     let data = cx.t("data")?;
-    let how = cx.str_or("reduce", "")?;
+    let how = cx.str("reduce")?;
     let kind = match how.as_str() {
         "sum" | "mean" => ReduceKind::Sum,
         "prod" => ReduceKind::Prod,
@@ -384,7 +386,7 @@ fn segment_reduce(cx: &mut Ctx) -> R<Vec<Val>> {
         return err(format!("segment_reduce of {}: torch reduces floating tensors only", out_dt.name()));
     }
     let r = cx.rank(data);
-    let axis = norm_dim(cx.int_or("axis", 0)?, r)?;
+    let axis = norm_dim(cx.int("axis")?, r)?;
     let cd = dtypes::compute_dtype(out_dt);
     let x = cx.convert(data, cd)?;
     let (starts, ends) = if let Some(l) = cx.opt_t("lengths")? {
@@ -580,7 +582,7 @@ fn cummin(cx: &mut Ctx) -> R<Vec<Val>> {
 fn softmax_internal_impl(cx: &mut Ctx, op: Opcode) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dim = cx.int("dim")?;
-    let h2f = cx.bool_or("half_to_float", false)?;
+    let h2f = cx.bool("half_to_float")?;
     let xd = cx.dtype(x);
     let out = if h2f && matches!(xd, DType::F16 | DType::BF16) { DType::F32 } else { xd };
     one(softmax_v(cx, x, dim, op, out)?)
@@ -635,8 +637,8 @@ fn safe_softmax(cx: &mut Ctx) -> R<Vec<Val>> {
 fn sort(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
-    let d = cx.int_or("dim", -1)?;
-    let desc = cx.bool_or("descending", false)?;
+    let d = cx.int("dim")?;
+    let desc = cx.bool("descending")?;
     if r == 0 {
         let z = cx.full(Scalar::Int(0), DType::I64, &[])?;
         return Ok(vec![Val::Tensor(x), Val::Tensor(z)]);
@@ -648,8 +650,8 @@ fn sort(cx: &mut Ctx) -> R<Vec<Val>> {
 fn argsort(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
-    let d = cx.int_or("dim", -1)?;
-    let desc = cx.bool_or("descending", false)?;
+    let d = cx.int("dim")?;
+    let desc = cx.bool("descending")?;
     if r == 0 {
         return one(cx.full(Scalar::Int(0), DType::I64, &[])?);
     }
@@ -661,8 +663,8 @@ fn topk(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let r = cx.rank(x);
     let k = cx.int("k")?;
-    let d = norm_dim(cx.int_or("dim", -1)?, r)?;
-    let largest = cx.bool_or("largest", true)?;
+    let d = norm_dim(cx.int("dim")?, r)?;
+    let largest = cx.bool("largest")?;
     if r == 0 {
         let z = cx.full(Scalar::Int(0), DType::I64, &[])?;
         return Ok(vec![Val::Tensor(x), Val::Tensor(z)]);
@@ -695,12 +697,12 @@ fn histc(cx: &mut Ctx) -> R<Vec<Val>> {
     if !dt.is_float() {
         return err("histc needs a floating-point input");
     }
-    let bins = cx.int_or("bins", 100)?;
+    let bins = cx.int("bins")?;
     if !(1..=MAX_TABLE).contains(&bins) {
         return err(format!("histc bins {bins} out of range"));
     }
-    let lo_arg = cx.float_or("min", 0.0)?;
-    let hi_arg = cx.float_or("max", 0.0)?;
+    let lo_arg = cx.float("min")?;
+    let hi_arg = cx.float("max")?;
     let n = cx.ty(x).num_elements_expr();
     let flat = cx.reshape(x, vec![Dim::from_expr(n)])?;
     let (lo, hi) = if lo_arg == hi_arg {

@@ -49,7 +49,7 @@ fn cholesky_lower(cx: &mut Ctx, a: ValueId) -> R<ValueId> {
 fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("self")?;
     let n = square_matrix(cx, a, "linalg_cholesky_ex")?;
-    let upper = cx.bool_or("upper", false)?;
+    let upper = cx.bool("upper")?;
     let l = cholesky_lower(cx, a)?;
     let info = if cx.used(1) && n > 0 {
         // The diagonal of L: the pivots.
@@ -82,7 +82,7 @@ fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let b = cx.t("self")?;
     let f = cx.t("input2")?;
     square_matrix(cx, f, "cholesky_solve")?;
-    let upper = cx.bool_or("upper", false)?;
+    let upper = cx.bool("upper")?;
     let dt = cx.result_type(&[Operand::T(b), Operand::T(f)])?;
     let (b, f) = (cx.convert(b, dt)?, cx.convert(f, dt)?);
     one(solve_with_factor(cx, b, f, upper)?)
@@ -91,7 +91,7 @@ fn cholesky_solve(cx: &mut Ctx) -> R<Vec<Val>> {
 fn cholesky_inverse(cx: &mut Ctx) -> R<Vec<Val>> {
     let f = cx.t("self")?;
     square_matrix(cx, f, "cholesky_inverse")?;
-    let upper = cx.bool_or("upper", false)?;
+    let upper = cx.bool("upper")?;
     let eye = identity_matrix(cx, &cx.dims(f), cx.dtype(f))?;
     one(solve_with_factor(cx, eye, f, upper)?)
 }
@@ -101,9 +101,9 @@ fn solve_triangular(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("self")?;
     let b = cx.t("B")?;
     square_matrix(cx, a, "linalg_solve_triangular")?;
-    let upper = cx.bool_or("upper", false)?;
-    let left = cx.bool_or("left", true)?;
-    let unit = cx.bool_or("unitriangular", false)?;
+    let upper = cx.bool("upper")?;
+    let left = cx.bool("left")?;
+    let unit = cx.bool("unitriangular")?;
     let dt = cx.result_type(&[Operand::T(a), Operand::T(b)])?;
     let (a, b) = (cx.convert(a, dt)?, cx.convert(b, dt)?);
     let (a, b) = broadcast_batch(cx, a, b)?;
@@ -115,9 +115,9 @@ fn triangular_solve(cx: &mut Ctx) -> R<Vec<Val>> {
     let b = cx.t("self")?;
     let a = cx.t("A")?;
     square_matrix(cx, a, "triangular_solve")?;
-    let upper = cx.bool_or("upper", true)?;
-    let transpose = cx.bool_or("transpose", false)?;
-    let unit = cx.bool_or("unitriangular", false)?;
+    let upper = cx.bool("upper")?;
+    let transpose = cx.bool("transpose")?;
+    let unit = cx.bool("unitriangular")?;
     let (a2, b2) = broadcast_batch(cx, a, b)?;
     let x = tri_solve(cx, a2, b2, [true, !upper, unit, transpose])?;
     Ok(vec![Val::Tensor(x), Val::Tensor(a2)])
@@ -173,7 +173,7 @@ fn full_q(cx: &mut Ctx, p: ValueId, tau: ValueId, m: i64) -> R<ValueId> {
 fn linalg_qr(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     let (m, n) = float_matrix(cx, a, "linalg_qr")?;
-    let mode = cx.str_or("mode", "reduced")?;
+    let mode = cx.str("mode")?;
     let k = m.min(n);
     let (p, tau) = qr_v(cx, a)?;
     let r = cx.rank(p);
@@ -221,8 +221,8 @@ fn ormqr(cx: &mut Ctx) -> R<Vec<Val>> {
     let tau = cx.t("input2")?;
     let c = cx.t("input3")?;
     let (m, _) = float_matrix(cx, a, "ormqr")?;
-    let left = cx.bool_or("left", true)?;
-    let transpose = cx.bool_or("transpose", false)?;
+    let left = cx.bool("left")?;
+    let transpose = cx.bool("transpose")?;
     let tau = cx.convert(tau, cx.dtype(a))?;
     let q = full_q(cx, a, tau, m)?;
     let q = if transpose { mt(cx, q)? } else { q };
@@ -234,7 +234,7 @@ fn ormqr(cx: &mut Ctx) -> R<Vec<Val>> {
 fn eigh(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     square_matrix(cx, a, "linalg_eigh")?;
-    let uplo = cx.str_or("UPLO", "L")?;
+    let uplo = cx.str("UPLO")?;
     let lower = match uplo.as_str() {
         "L" | "l" => true,
         "U" | "u" => false,
@@ -310,8 +310,8 @@ fn complete(cx: &mut Ctx, q: ValueId, m: i64, k: i64) -> R<ValueId> {
 fn svd(cx: &mut Ctx) -> R<Vec<Val>> {
     let a = cx.t("A")?;
     let (m, n) = float_matrix(cx, a, "linalg_svd")?;
-    let full = cx.bool_or("full_matrices", false)?;
-    let compute_uv = cx.bool_or("compute_uv", true)?;
+    let full = cx.bool("full_matrices")?;
+    let compute_uv = cx.bool("compute_uv")?;
     let k = m.min(n);
     let (u, s, v) = svd_thin(cx, a, m, n)?;
     if !compute_uv {
@@ -331,7 +331,7 @@ fn pinv(cx: &mut Ctx) -> R<Vec<Val>> {
     let atol = cx.opt_t("atol")?;
     let rtol = cx.opt_t("rtol")?;
     // A Hermitian input is read from its lower triangle only, as ATen's eigh-based path does.
-    let a = if cx.bool_or("hermitian", false)? && m == n {
+    let a = if cx.bool("hermitian")? && m == n {
         let dims = cx.dims(a);
         let low = triangle(cx, &dims, true)?;
         let at = mt(cx, a)?;

@@ -76,7 +76,7 @@ transforms! {
 fn dims_and_sizes(cx: &Ctx, x: ValueId, form: Form) -> R<(Vec<usize>, Vec<Option<i64>>)> {
     let r = cx.rank(x);
     let (dims, sizes): (Vec<i64>, Vec<Option<i64>>) = match form {
-        Form::One => (vec![cx.int_or("dim", -1)?], vec![cx.opt_int("n")?]),
+        Form::One => (vec![cx.int("dim")?], vec![cx.opt_int("n")?]),
         Form::Two | Form::N => {
             let s = cx.opt_ints("s")?;
             let dims = match (cx.opt_ints("dim")?, &s, form) {
@@ -121,7 +121,8 @@ fn resize(cx: &mut Ctx, x: ValueId, dim: usize, n: i64) -> R<ValueId> {
 /// The `normalization` mode (0 none, 1 by √n, 2 by n) of `norm` for a forward or inverse
 /// transform.
 fn norm_mode(cx: &Ctx, inverse: bool) -> R<i64> {
-    Ok(match (cx.str_or("norm", "backward")?.as_str(), inverse) {
+    // A None `norm` is "backward".
+    Ok(match (cx.opt_str("norm")?.as_deref().unwrap_or("backward"), inverse) {
         ("backward", false) | ("forward", true) => 0,
         ("ortho", _) => 1,
         ("backward", true) | ("forward", false) => 2,
@@ -192,7 +193,8 @@ fn transform(cx: &mut Ctx, kind: Kind, form: Form) -> R<Vec<Val>> {
 /// `0.5 - 0.5 cos(2πk / N)`, N the length (periodic) or the length - 1.
 fn hann_window(cx: &mut Ctx) -> R<Vec<Val>> {
     let len = cx.int("window_length")?;
-    let periodic = cx.bool_or("periodic", true)?;
+    // `hann_window.default` has no `periodic`: true.
+    let periodic = cx.opt_bool("periodic")?.unwrap_or(true);
     let dt = cx.out_type(0).map_or(dtypes::DEFAULT_FLOAT, |t| t.dtype);
     if len < 0 {
         return err(format!("hann_window of negative length {len}"));
@@ -256,7 +258,8 @@ fn stft(cx: &mut Ctx) -> R<Vec<Val>> {
         let w = cx.broadcast_to(w, &shape)?;
         framed = cx.bin(O::Mul, framed, w)?;
     }
-    let onesided = cx.bool_or("onesided", true)?;
+    // A None `onesided` is true for real input (complex input is refused above).
+    let onesided = cx.opt_bool("onesided")?.unwrap_or(true);
     let last = shape.len() - 1;
     let y = if onesided {
         fft_op(cx, framed, FftType::Rfft, vec![n_fft])?
@@ -264,12 +267,13 @@ fn stft(cx: &mut Ctx) -> R<Vec<Val>> {
         let c = as_complex(cx, framed)?;
         c2c_along(cx, c, &[last], false)?
     };
-    let y = if cx.bool_or("normalized", false)? { scale(cx, y, 1.0 / (n_fft as f64).sqrt())? } else { y };
+    let y = if cx.bool("normalized")? { scale(cx, y, 1.0 / (n_fft as f64).sqrt())? } else { y };
     // [B?, frames, freqs] → [B?, freqs, frames].
     let mut perm: Vec<i64> = (0..shape.len() as i64).collect();
     perm.swap(last - 1, last);
     let y = cx.transpose(y, &perm)?;
-    if cx.bool_or("return_complex", true)? {
+    // A None `return_complex` is true, as torch has it for real input.
+    if cx.opt_bool("return_complex")?.unwrap_or(true) {
         return one(y);
     }
     one(real_pairs(cx, y)?)

@@ -1,8 +1,9 @@
-//! The node context every lowering works through: the node's named arguments (with schema
-//! defaults for omitted ones), the importer's read-only state, and the IR builder carrying the
-//! node's provenance; plus the value kinds a lowering passes around ([`Val`], [`Operand`],
-//! [`Num`]), the error type and the size limits. ATen's `result_type` and broadcasting are
-//! implemented here, since the IR has neither implicit broadcasting nor implicit promotion.
+//! The node context every lowering works through: the node's named arguments (an omitted one
+//! reads as its schema default, from [`super::defaults`]), the importer's read-only state, and
+//! the IR builder carrying the node's provenance; plus the value kinds a lowering passes around
+//! ([`Val`], [`Operand`], [`Num`]), the error type and the size limits. ATen's `result_type`
+//! and broadcasting are implemented here, since the IR has neither implicit broadcasting nor
+//! implicit promotion.
 pub use crate::dtypes::{self, Participant};
 pub use crate::schema::{self, Arg, ArgValue, Node, SymIntArg};
 use std::collections::HashMap;
@@ -204,17 +205,26 @@ impl<'a, 'm> Ctx<'a, 'm> {
         self.node.inputs.iter().find(|a| a.name == name).map(|a| &a.arg)
     }
 
-    /// The decoded argument, `None` when omitted (then the schema default applies).
+    /// The schema default of argument `name` of this node's target (see [`super::defaults`]).
+    fn schema_default(&self, name: &str) -> Option<Arg> {
+        super::defaults::schema_default(&self.node.target, name).cloned()
+    }
+
+    /// The decoded argument; when omitted, its schema default, else `None`.
     pub fn get(&self, name: &str) -> R<Option<Arg>> {
         match self.raw(name) {
-            None => Ok(None),
+            None => Ok(self.schema_default(name)),
             Some(v) => Ok(Some(v.decode()?)),
         }
     }
 
-    /// The argument, treating an explicit `None` like an omitted one.
+    /// The argument, treating an explicit `None` like an omitted one (the schema default
+    /// applies to both).
     pub fn opt(&self, name: &str) -> R<Option<Arg>> {
-        Ok(self.get(name)?.filter(|a| *a != Arg::None))
+        match self.get(name)? {
+            Some(Arg::None) => Ok(self.schema_default(name)),
+            a => Ok(a),
+        }
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -330,10 +340,6 @@ impl<'a, 'm> Ctx<'a, 'm> {
         self.opt_int(name)?.ok_or_else(|| OpError::Refused(format!("missing int argument `{name}`")))
     }
 
-    pub fn int_or(&self, name: &str, default: i64) -> R<i64> {
-        Ok(self.opt_int(name)?.unwrap_or(default))
-    }
-
     pub fn opt_int(&self, name: &str) -> R<Option<i64>> {
         match self.opt_sym(name)? {
             None => Ok(None),
@@ -359,26 +365,26 @@ impl<'a, 'm> Ctx<'a, 'm> {
         self.opt_ints(name)?.ok_or_else(|| OpError::Refused(format!("missing int list argument `{name}`")))
     }
 
-    pub fn ints_or(&self, name: &str, default: &[i64]) -> R<Vec<i64>> {
-        Ok(self.opt_ints(name)?.unwrap_or_else(|| default.to_vec()))
-    }
-
     pub fn opt_float(&self, name: &str) -> R<Option<f64>> {
         Ok(self.opt_num(name)?.map(Num::as_f64))
     }
 
-    pub fn float_or(&self, name: &str, default: f64) -> R<f64> {
-        Ok(self.opt_float(name)?.unwrap_or(default))
+    pub fn float(&self, name: &str) -> R<f64> {
+        self.opt_float(name)?.ok_or_else(|| OpError::Refused(format!("missing float argument `{name}`")))
     }
 
-    pub fn bool_or(&self, name: &str, default: bool) -> R<bool> {
+    pub fn opt_bool(&self, name: &str) -> R<Option<bool>> {
         match self.opt(name)? {
-            None => Ok(default),
-            Some(Arg::Bool(b)) => Ok(b),
-            Some(Arg::Int(i)) => Ok(i != 0),
-            Some(Arg::SymBool(Some(b))) => Ok(b),
+            None => Ok(None),
+            Some(Arg::Bool(b)) => Ok(Some(b)),
+            Some(Arg::Int(i)) => Ok(Some(i != 0)),
+            Some(Arg::SymBool(Some(b))) => Ok(Some(b)),
             Some(a) => err(format!("argument `{name}` must be a bool, got a {}", a.kind())),
         }
+    }
+
+    pub fn bool(&self, name: &str) -> R<bool> {
+        self.opt_bool(name)?.ok_or_else(|| OpError::Refused(format!("missing bool argument `{name}`")))
     }
 
     pub fn bools(&self, name: &str) -> R<Option<Vec<bool>>> {
@@ -389,12 +395,16 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
     }
 
-    pub fn str_or(&self, name: &str, default: &str) -> R<String> {
+    pub fn opt_str(&self, name: &str) -> R<Option<String>> {
         match self.opt(name)? {
-            None => Ok(default.to_string()),
-            Some(Arg::Str(s)) => Ok(s),
+            None => Ok(None),
+            Some(Arg::Str(s)) => Ok(Some(s)),
             Some(a) => err(format!("argument `{name}` must be a string, got a {}", a.kind())),
         }
+    }
+
+    pub fn str(&self, name: &str) -> R<String> {
+        self.opt_str(name)?.ok_or_else(|| OpError::Refused(format!("missing string argument `{name}`")))
     }
 
     pub fn opt_dtype(&self, name: &str) -> R<Option<DType>> {

@@ -7,6 +7,7 @@
 mod arith;
 mod complex;
 mod ctx;
+pub mod defaults;
 mod index;
 mod linalg;
 mod random;

@@ -21,7 +21,7 @@ pub(super) fn relu(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn gelu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let approx = cx.str_or("approximate", "none")?;
+    let approx = cx.str("approximate")?;
     let Some(a) = GeluApproximation::parse(&approx) else {
         return err(format!("gelu approximate `{approx}` is not `none` or `tanh`"));
     };
@@ -50,8 +50,8 @@ fn softplus_v(cx: &mut Ctx, x: ValueId, beta: f64, threshold: f64) -> R<ValueId>
 
 pub(super) fn softplus(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let beta = cx.float_or("beta", 1.0)?;
-    let th = cx.float_or("threshold", 20.0)?;
+    let beta = cx.float("beta")?;
+    let th = cx.float("threshold")?;
     one(softplus_v(cx, x, beta, th)?)
 }
 
@@ -82,7 +82,7 @@ pub(super) fn hardswish(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn leaky_relu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let slope = cx.float_or("negative_slope", 0.01)?;
+    let slope = cx.float("negative_slope")?;
     let z = cx.full_like(Scalar::Int(0), x)?;
     let pos = cx.cmp(Direction::Gt, x, z)?;
     let n = cx.bin_c(O::Mul, x, slope)?;
@@ -102,9 +102,9 @@ fn elu_v(cx: &mut Ctx, x: ValueId, alpha: f64, scale: f64, input_scale: f64) -> 
 
 pub(super) fn elu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let alpha = cx.float_or("alpha", 1.0)?;
-    let scale = cx.float_or("scale", 1.0)?;
-    let input_scale = cx.float_or("input_scale", 1.0)?;
+    let alpha = cx.float("alpha")?;
+    let scale = cx.float("scale")?;
+    let input_scale = cx.float("input_scale")?;
     one(elu_v(cx, x, alpha, scale, input_scale)?)
 }
 
@@ -115,7 +115,7 @@ pub(super) fn selu(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn celu(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let alpha = cx.float_or("alpha", 1.0)?;
+    let alpha = cx.float("alpha")?;
     one(elu_v(cx, x, alpha, 1.0, 1.0 / alpha)?)
 }
 
@@ -159,7 +159,7 @@ pub(super) fn glu(cx: &mut Ctx) -> R<Vec<Val>> {
     if cx.rank(x) == 0 {
         return err("glu does not take a rank-0 tensor (it halves a dim)");
     }
-    let d = norm_dim(cx.int_or("dim", -1)?, cx.rank(x))?;
+    let d = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let n = static_of(&cx.dim_size(x, d)?, "glu dim")?;
     if n % 2 != 0 {
         return err(format!("glu needs an even dim, got {n}"));
@@ -172,7 +172,7 @@ pub(super) fn glu(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn hardshrink(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let l = cx.float_or("lambd", 0.5)?;
+    let l = cx.float("lambd")?;
     let a = cx.un(O::Abs, x)?;
     let lv = cx.full_like(Scalar::Float(l), x)?;
     let keep = cx.cmp(Direction::Gt, a, lv)?;
@@ -182,7 +182,7 @@ pub(super) fn hardshrink(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn softshrink(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let l = cx.float_or("lambd", 0.5)?;
+    let l = cx.float("lambd")?;
     let lv = cx.full_like(Scalar::Float(l), x)?;
     let nl = cx.full_like(Scalar::Float(-l), x)?;
     let up = cx.cmp(Direction::Gt, x, lv)?;
@@ -230,7 +230,7 @@ pub fn sigmoid_backward(cx: &mut Ctx) -> R<Vec<Val>> {
 pub fn gelu_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad_output")?;
     let x = cx.t("self")?;
-    let approx = cx.str_or("approximate", "none")?;
+    let approx = cx.str("approximate")?;
     let deriv = if approx == "tanh" {
         let k_beta = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
         let k_kappa = 0.044715;

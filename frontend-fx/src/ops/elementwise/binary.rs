@@ -476,8 +476,8 @@ pub(super) fn clamp_const(cx: &mut Ctx, x: ValueId, lo: f64, hi: f64) -> R<Value
 
 pub(super) fn hardtanh(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let lo = cx.float_or("min_val", -1.0)?;
-    let hi = cx.float_or("max_val", 1.0)?;
+    let lo = cx.float("min_val")?;
+    let hi = cx.float("max_val")?;
     one(clamp_const(cx, x, lo, hi)?)
 }
 pub(super) fn relu6(cx: &mut Ctx) -> R<Vec<Val>> {

@@ -240,7 +240,7 @@ pub(super) fn frexp(cx: &mut Ctx) -> R<Vec<Val>> {
 /// x / 10^-d multiplied back (d < 0).
 pub(super) fn round_decimals(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let d = cx.int_or("decimals", 0)?;
+    let d = cx.int("decimals")?;
     if !cx.dtype(x).is_float() {
         if d >= 0 {
             return one(x);

@@ -42,7 +42,8 @@ rounding!(floor => Floor, ceil => Ceil);
 
 pub(super) fn round(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    if cx.has("decimals") && cx.int_or("decimals", 0)? != 0 {
+    // `round.default` has no `decimals`.
+    if cx.opt_int("decimals")?.is_some_and(|d| d != 0) {
         return err("round with decimals is not supported");
     }
     if !cx.dtype(x).is_float() {
@@ -201,7 +202,8 @@ pub(super) fn nan_to_num(cx: &mut Ctx) -> R<Vec<Val>> {
     if !d.is_float() {
         return one(x);
     }
-    let nan = cx.float_or("nan", 0.0)?;
+    // A None `nan` is 0.
+    let nan = cx.opt_float("nan")?.unwrap_or(0.0);
     let max = d.finite_max().unwrap_or(f64::MAX);
     let pinf = cx.opt_float("posinf")?.unwrap_or(max);
     let ninf = cx.opt_float("neginf")?.unwrap_or(-max);

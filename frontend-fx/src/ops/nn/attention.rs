@@ -38,8 +38,8 @@ pub fn sdpa_args(cx: &mut Ctx, mask_name: &str, gqa_allowed: bool) -> R<SdpaArgs
     let mut k = cx.t("key")?;
     let mut v = cx.t("value")?;
     let mask = cx.opt_t(mask_name)?;
-    let causal = cx.bool_or("is_causal", false)?;
-    let dropout = cx.float_or("dropout_p", 0.0)?;
+    let causal = cx.bool("is_causal")?;
+    let dropout = cx.float("dropout_p")?;
     if mask.is_some() && causal {
         return err("attention with both attn_mask and is_causal is not supported by torch");
     }
@@ -57,7 +57,9 @@ pub fn sdpa_args(cx: &mut Ctx, mask_name: &str, gqa_allowed: bool) -> R<SdpaArgs
         let hq = cx.dims(q)[r - 3].clone();
         let hk = cx.dims(k)[r - 3].clone();
         if hq != hk {
-            let gqa = cx.bool_or("enable_gqa", false)?;
+            // Only `scaled_dot_product_attention` has `enable_gqa`; the fused kernels' ops never
+            // see differing head counts.
+            let gqa = cx.opt_bool("enable_gqa")?.unwrap_or(false);
             let (Some(a), Some(b)) = (hq.as_static(), hk.as_static()) else {
                 return err("attention with symbolic head counts that differ");
             };

@@ -138,10 +138,11 @@ pub fn conv_v(cx: &mut Ctx, x: ValueId, w: ValueId, bias: Option<ValueId>, p: &C
 }
 
 fn conv_params(cx: &Ctx, n: usize, transposed: bool) -> R<ConvParams> {
-    let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
-    let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
-    let output_padding = expand_list(&cx.ints_or("output_padding", &[0])?, n, "output_padding")?;
-    let groups = cx.int_or("groups", 1)?;
+    let stride = expand_list(&cx.ints("stride")?, n, "stride")?;
+    let dilation = expand_list(&cx.ints("dilation")?, n, "dilation")?;
+    // conv1d/2d/3d have no `output_padding`: 0.
+    let output_padding = expand_list(&cx.opt_ints("output_padding")?.unwrap_or_else(|| vec![0]), n, "output_padding")?;
+    let groups = cx.int("groups")?;
     positive(&stride, "stride")?;
     positive(&dilation, "dilation")?;
     non_negative(&output_padding, "output_padding")?;
@@ -151,7 +152,7 @@ fn conv_params(cx: &Ctx, n: usize, transposed: bool) -> R<ConvParams> {
     let padding = match cx.opt("padding")? {
         Some(Arg::Str(mode)) => return err(format!("internal: string padding `{mode}` here")),
         _ => {
-            let p = expand_list(&cx.ints_or("padding", &[0])?, n, "padding")?;
+            let p = expand_list(&cx.ints("padding")?, n, "padding")?;
             non_negative(&p, "padding")?;
             p.into_iter().map(|v| (v, v)).collect()
         }
@@ -164,7 +165,7 @@ pub(super) fn convolution(cx: &mut Ctx) -> R<Vec<Val>> {
     let w = cx.t("weight")?;
     let b = cx.opt_t("bias")?;
     let n = cx.rank(w).saturating_sub(2).max(1);
-    let transposed = cx.bool_or("transposed", false)?;
+    let transposed = cx.bool("transposed")?;
     let p = conv_params(cx, n, transposed)?;
     one(conv_v(cx, x, w, b, &p)?)
 }
@@ -175,15 +176,15 @@ pub(super) fn conv_nd(cx: &mut Ctx) -> R<Vec<Val>> {
     let b = cx.opt_t("bias")?;
     let n = cx.rank(w).saturating_sub(2).max(1);
     if let Some(Arg::Str(mode)) = cx.opt("padding")? {
-        let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
-        let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
-        let groups = cx.int_or("groups", 1)?;
-        positive(&stride, "stride")?;
-        positive(&dilation, "dilation")?;
         let k = cx.static_dims(w, "convolution weight")?;
         if k.len() != n + 2 {
             return err(format!("convolution weight must have rank >= 3, got {}", cx.ty(w)));
         }
+        let stride = expand_list(&cx.ints("stride")?, n, "stride")?;
+        let dilation = expand_list(&cx.ints("dilation")?, n, "dilation")?;
+        let groups = cx.int("groups")?;
+        positive(&stride, "stride")?;
+        positive(&dilation, "dilation")?;
         let padding = match mode.as_str() {
             "valid" => vec![(0, 0); n],
             "same" => {
@@ -219,7 +220,7 @@ pub fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dy = cx.t("grad_output")?;
     let x = cx.t("input")?;
     let w = cx.t("weight")?;
-    let transposed = cx.bool_or("transposed", false)?;
+    let transposed = cx.bool("transposed")?;
     let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
     let wd = cx.static_dims(w, "convolution weight")?;
     let xd = cx.static_dims(x, "convolution input")?;
@@ -229,10 +230,10 @@ pub fn convolution_backward(cx: &mut Ctx) -> R<Vec<Val>> {
         return err("convolution_backward needs batched input, weight and grad_output of one rank");
     }
     let n = r - 2;
-    let stride = expand_list(&cx.ints_or("stride", &[1])?, n, "stride")?;
-    let padding = expand_list(&cx.ints_or("padding", &[0])?, n, "padding")?;
-    let dilation = expand_list(&cx.ints_or("dilation", &[1])?, n, "dilation")?;
-    let groups = cx.int_or("groups", 1)?;
+    let stride = expand_list(&cx.ints("stride")?, n, "stride")?;
+    let padding = expand_list(&cx.ints("padding")?, n, "padding")?;
+    let dilation = expand_list(&cx.ints("dilation")?, n, "dilation")?;
+    let groups = cx.int("groups")?;
     for &v in stride.iter().chain(&dilation) {
         check_window(v, 1, "stride or dilation")?;
     }

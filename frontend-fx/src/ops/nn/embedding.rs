@@ -23,8 +23,8 @@ pub(super) fn embedding(cx: &mut Ctx) -> R<Vec<Val>> {
 /// `feature_dropout`, `alpha_dropout`, `feature_alpha_dropout` in eval mode (the identity).
 pub(super) fn dropout(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
-    let p = cx.float_or("p", 0.5)?;
-    let train = cx.bool_or("train", false)?;
+    let p = cx.float("p")?;
+    let train = cx.bool("train")?;
     if train && p != 0.0 {
         return err(format!("{} in training mode is not supported (nn.Dropout's dropout is)", cx.node.target));
     }
@@ -36,8 +36,8 @@ pub(super) fn nll_loss_forward(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let target = cx.t("target")?;
     let weight = cx.opt_t("weight")?;
-    let reduction = cx.int_or("reduction", 1)?;
-    let ignore = cx.int_or("ignore_index", -100)?;
+    let reduction = cx.int("reduction")?;
+    let ignore = cx.int("ignore_index")?;
     let dt = cx.dtype(x);
     let r = cx.rank(x);
     if r == 0 || cx.rank(target) + 1 != r {
@@ -71,8 +71,8 @@ pub fn embedding_dense_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad_output")?;
     let idx = cx.t("indices")?;
     let nw = cx.int("num_weights")?;
-    let pad = cx.int_or("padding_idx", -1)?;
-    if cx.bool_or("scale_grad_by_freq", false)? {
+    let pad = cx.int("padding_idx")?;
+    if cx.bool("scale_grad_by_freq")? {
         return err("embedding backward with scale_grad_by_freq is not supported");
     }
     if !(0..=MAX_SIZE).contains(&nw) {
@@ -133,8 +133,8 @@ pub fn nll_loss_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let target = cx.t("target")?;
     let weight = cx.opt_t("weight")?;
-    let reduction = cx.int_or("reduction", 1)?;
-    let ignore = cx.int_or("ignore_index", -100)?;
+    let reduction = cx.int("reduction")?;
+    let ignore = cx.int("ignore_index")?;
     let tw = cx.t("total_weight")?;
     let dt = cx.dtype(x);
     let shape = cx.dims(x);

@@ -184,9 +184,9 @@ pub(super) fn embedding_bag(cx: &mut Ctx) -> R<Vec<Val>> {
     let w = cx.t("weight")?;
     let indices = cx.t("indices")?;
     let offsets = cx.t("offsets")?;
-    let mode = cx.int_or("mode", SUM)?;
+    let mode = cx.int("mode")?;
     let psw = cx.opt_t("per_sample_weights")?;
-    let close = cx.bool_or("include_last_offset", false)?;
+    let close = cx.bool("include_last_offset")?;
     let pad = cx.opt_int("padding_idx")?.unwrap_or(-1);
     if !(SUM..=MAX).contains(&mode) {
         return err(format!("embedding_bag: unknown mode {mode}"));
@@ -415,11 +415,12 @@ pub(super) fn embedding_bag_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad")?;
     let indices = cx.t("indices")?;
     let num_weights = cx.int("num_weights")?;
-    let by_freq = cx.bool_or("scale_grad_by_freq", false)?;
+    let by_freq = cx.bool("scale_grad_by_freq")?;
     let mode = cx.int("mode")?;
     let psw = cx.opt_t("per_sample_weights")?;
     let pad = cx.opt_int("padding_idx")?.unwrap_or(-1);
-    if cx.bool_or("sparse", false)? {
+    // `_embedding_bag_dense_backward` has no `sparse`.
+    if cx.opt_bool("sparse")?.unwrap_or(false) {
         return err("embedding_bag backward with sparse=True (a sparse gradient) is not supported");
     }
     if !(SUM..=MAX).contains(&mode) {

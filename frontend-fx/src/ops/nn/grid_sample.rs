@@ -163,7 +163,7 @@ pub(super) fn grid_sampler_3d(cx: &mut Ctx) -> R<Vec<Val>> {
         2 => Padding::Reflection,
         p => return err(format!("unknown padding_mode {p}")),
     };
-    let align_corners = cx.bool_or("align_corners", false)?;
+    let align_corners = cx.bool("align_corners")?;
     let dt = cx.dtype(x);
     if !dt.is_float() || cx.dtype(grid) != dt {
         return err(format!("grid_sampler_3d needs float input and grid of one dtype, got {} and {}", cx.ty(x), cx.ty(grid)));

@@ -167,14 +167,14 @@ fn out_or_empty(cx: &mut Ctx, i: usize, v: Option<ValueId>) -> R<Val> {
 type BnArgs = (ValueId, Option<ValueId>, Option<ValueId>, f64, f64);
 
 fn bn_args(cx: &Ctx) -> R<BnArgs> {
-    Ok((cx.t("input")?, cx.opt_t("weight")?, cx.opt_t("bias")?, cx.float_or("momentum", 0.1)?, cx.float_or("eps", 1e-5)?))
+    Ok((cx.t("input")?, cx.opt_t("weight")?, cx.opt_t("bias")?, cx.float("momentum")?, cx.float("eps")?))
 }
 
 pub(super) fn batch_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, w, b, m, eps) = bn_args(cx)?;
     let rm = cx.opt_t("running_mean")?;
     let rv = cx.opt_t("running_var")?;
-    let training = cx.bool_or("training", false)?;
+    let training = cx.bool("training")?;
     let r = bn_core(cx, x, w, b, rm, rv, training, m, eps)?;
     one(r.out)
 }
@@ -191,7 +191,7 @@ pub(super) fn bn_legit(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, w, b, m, eps) = bn_args(cx)?;
     let rm = cx.opt_t("running_mean")?;
     let rv = cx.opt_t("running_var")?;
-    let training = cx.bool_or("training", false)?;
+    let training = cx.bool("training")?;
     let r = bn_core(cx, x, w, b, rm, rv, training, m, eps)?;
     Ok(vec![Val::Tensor(r.out), out_or_empty(cx, 1, r.save_mean)?, out_or_empty(cx, 2, r.save_invstd)?])
 }
@@ -206,7 +206,7 @@ pub(super) fn bn_functional(cx: &mut Ctx) -> R<Vec<Val>> {
     let (x, w, b, m, eps) = bn_args(cx)?;
     let rm = cx.t("running_mean")?;
     let rv = cx.t("running_var")?;
-    let training = cx.bool_or("training", false)?;
+    let training = cx.bool("training")?;
     let r = bn_core(cx, x, w, b, Some(rm), Some(rv), training, m, eps)?;
     // In eval mode the running stats come back unchanged. Their type is the one torch records
     // (its meta function gives float32 statistics for 16-bit running stats, eager the running
@@ -274,7 +274,7 @@ pub(super) fn layer_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let ns = cx.ints("normalized_shape")?;
     let w = cx.opt_t("weight")?;
     let b = cx.opt_t("bias")?;
-    let eps = cx.float_or("eps", 1e-5)?;
+    let eps = cx.float("eps")?;
     let (y, _, _) = layer_norm_v(cx, x, &ns, w, b, eps)?;
     one(y)
 }
@@ -284,7 +284,7 @@ pub(super) fn native_layer_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let ns = cx.ints("normalized_shape")?;
     let w = cx.opt_t("weight")?;
     let b = cx.opt_t("bias")?;
-    let eps = cx.float_or("eps", 1e-5)?;
+    let eps = cx.float("eps")?;
     let (y, m, r) = layer_norm_v(cx, x, &ns, w, b, eps)?;
     Ok(vec![Val::Tensor(y), out_or_empty(cx, 1, Some(m))?, out_or_empty(cx, 2, Some(r))?])
 }
@@ -365,7 +365,7 @@ pub(super) fn group_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.int("num_groups")?;
     let w = cx.opt_t("weight")?;
     let b = cx.opt_t("bias")?;
-    let eps = cx.float_or("eps", 1e-5)?;
+    let eps = cx.float("eps")?;
     let (y, _, _) = group_norm_v(cx, x, g, w, b, eps)?;
     one(y)
 }
@@ -375,7 +375,7 @@ pub(super) fn native_group_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.int("group")?;
     let w = cx.opt_t("weight")?;
     let b = cx.opt_t("bias")?;
-    let eps = cx.float_or("eps", 1e-5)?;
+    let eps = cx.float("eps")?;
     let (y, m, r) = group_norm_v(cx, x, g, w, b, eps)?;
     Ok(vec![Val::Tensor(y), out_or_empty(cx, 1, Some(m))?, out_or_empty(cx, 2, Some(r))?])
 }
@@ -384,8 +384,8 @@ pub(super) fn instance_norm(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("input")?;
     let w = cx.opt_t("weight")?;
     let b = cx.opt_t("bias")?;
-    let eps = cx.float_or("eps", 1e-5)?;
-    if !cx.bool_or("use_input_stats", true)? {
+    let eps = cx.float("eps")?;
+    if !cx.bool("use_input_stats")? {
         let rm = cx.opt_t("running_mean")?;
         let rv = cx.opt_t("running_var")?;
         let r = bn_core(cx, x, w, b, rm, rv, false, 0.1, eps)?;
@@ -465,8 +465,8 @@ pub fn batch_norm_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dy = cx.t("grad_out")?;
     let x = cx.t("input")?;
     let w = cx.opt_t("weight")?;
-    let train = cx.bool_or("train", true)?;
-    let eps = cx.float_or("eps", 1e-5)?;
+    let train = cx.bool("train")?;
+    let eps = cx.float("eps")?;
     let mask = cx.bools("output_mask")?.unwrap_or_else(|| vec![true; 3]);
     let dims = cx.dims(x);
     let r = dims.len();

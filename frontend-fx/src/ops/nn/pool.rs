@@ -56,10 +56,10 @@ fn pool_geometry(cx: &Ctx, x: ValueId, nsp: usize, ceil: bool, with_dilation: bo
     }
     let lead = dims.len() - nsp;
     let k = expand_list(&cx.ints("kernel_size")?, nsp, "kernel_size")?;
-    let s = cx.ints_or("stride", &[])?;
+    let s = cx.ints("stride")?;
     let s = if s.is_empty() { k.clone() } else { expand_list(&s, nsp, "stride")? };
-    let p = expand_list(&cx.ints_or("padding", &[0])?, nsp, "padding")?;
-    let d = if with_dilation { expand_list(&cx.ints_or("dilation", &[1])?, nsp, "dilation")? } else { vec![1; nsp] };
+    let p = expand_list(&cx.ints("padding")?, nsp, "padding")?;
+    let d = if with_dilation { expand_list(&cx.ints("dilation")?, nsp, "dilation")? } else { vec![1; nsp] };
     for v in [&k, &s, &p, &d] {
         for &e in v.iter() {
             check_window(e, 0, "pooling parameter")?;
@@ -113,7 +113,7 @@ fn max_pool_impl(cx: &mut Ctx, with_indices: bool) -> R<Vec<Val>> {
         1 => cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize,
         n => n,
     };
-    let ceil = cx.bool_or("ceil_mode", false)?;
+    let ceil = cx.bool("ceil_mode")?;
     let pool = pool_geometry(cx, x, nsp, ceil, true)?;
     let y = reduce_window(cx, x, WindowKind::Max, &pool)?;
     if !with_indices {
@@ -294,8 +294,8 @@ pub(super) fn avg_pool(cx: &mut Ctx) -> R<Vec<Val>> {
         1 => cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize,
         n => n,
     };
-    let ceil = cx.bool_or("ceil_mode", false)?;
-    let include_pad = cx.bool_or("count_include_pad", true)?;
+    let ceil = cx.bool("ceil_mode")?;
+    let include_pad = cx.bool("count_include_pad")?;
     let divisor = cx.opt_int("divisor_override")?;
     // Integer inputs average with truncating integer division, as ATen's CPU kernel does.
     if !(cx.dtype(x).is_float() || cx.dtype(x).is_int()) {
@@ -518,8 +518,8 @@ pub fn avg_pool_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad_output")?;
     let x = cx.t("self")?;
     let nsp = cx.node.target.chars().find(|c| c.is_ascii_digit()).and_then(|c| c.to_digit(10)).unwrap_or(2) as usize;
-    let ceil = cx.bool_or("ceil_mode", false)?;
-    let include_pad = cx.bool_or("count_include_pad", true)?;
+    let ceil = cx.bool("ceil_mode")?;
+    let include_pad = cx.bool("count_include_pad")?;
     let divisor = cx.opt_int("divisor_override")?;
     let geo = avg_geometry(cx, x, nsp, ceil)?;
     if geo.wins.iter().any(|w| w.k - 1 - w.pad < 0) {

@@ -152,7 +152,7 @@ fn linear_matrix(n: i64, o: i64, align_corners: bool, scale: Option<f64>) -> Vec
 pub(super) fn upsample_linear(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.opt_t("input")?.map_or_else(|| cx.t("self"), Ok)?;
     let nsp = spatial_rank(cx);
-    let align = cx.bool_or("align_corners", false)?;
+    let align = cx.bool("align_corners")?;
     let (ins, outs, scales) = upsample_sizes(cx, x, nsp)?;
     let lead = cx.rank(x) - nsp;
     let xd = cx.dtype(x);
@@ -235,7 +235,7 @@ fn aa_filter(cx: &Ctx) -> AaFilter {
 /// per spatial dim.
 pub(super) fn upsample_aa(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.opt_t("input")?.map_or_else(|| cx.t("self"), Ok)?;
-    let align = cx.bool_or("align_corners", false)?;
+    let align = cx.bool("align_corners")?;
     let (ins, outs, scales) = upsample_sizes(cx, x, 2)?;
     let lead = cx.rank(x) - 2;
     let xd = cx.dtype(x);
@@ -258,7 +258,7 @@ pub(super) fn upsample_interp_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let g = cx.t("grad_output")?;
     let os = cx.ints("output_size")?;
     let is = cx.ints("input_size")?;
-    let align = cx.bool_or("align_corners", false)?;
+    let align = cx.bool("align_corners")?;
     let nsp = os.len();
     if nsp == 0 || is.len() != nsp + 2 || cx.rank(g) != nsp + 2 {
         return err(format!("upsample backward: output_size {os:?}, input_size {is:?} and grad {} disagree", cx.ty(g)));

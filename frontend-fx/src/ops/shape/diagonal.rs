@@ -25,9 +25,9 @@ fn plan(cx: &mut Ctx, x: ValueId) -> R<Plan> {
     if rank < 2 {
         return err(format!("diagonal needs at least 2 dims, got {rank}"));
     }
-    let offset = cx.int_or("offset", 0)?;
-    let d1 = norm_dim(cx.int_or("dim1", 0)?, rank)?;
-    let d2 = norm_dim(cx.int_or("dim2", 1)?, rank)?;
+    let offset = cx.int("offset")?;
+    let d1 = norm_dim(cx.int("dim1")?, rank)?;
+    let d2 = norm_dim(cx.int("dim2")?, rank)?;
     if d1 == d2 {
         return err(format!("diagonal dims cannot be equal (both {d1})"));
     }

@@ -109,7 +109,7 @@ fn mode_pad(cx: &mut Ctx, x: ValueId, pad: &[i64], mode: &str) -> R<ValueId> {
 pub(super) fn pad(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let p = cx.ints("pad")?;
-    let mode = cx.str_or("mode", "constant")?;
+    let mode = cx.str("mode")?;
     if mode == "constant" {
         let value = cx.opt_num("value")?.unwrap_or(Num::Int(0));
         return one(constant_pad(cx, x, &p, value)?);

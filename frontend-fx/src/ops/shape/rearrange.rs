@@ -110,7 +110,8 @@ pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let size = cx.ints("size")?;
     let stride = cx.ints("stride")?;
-    let offset = cx.int_or("storage_offset", 0)?;
+    // A None offset is the input's own, 0 for the contiguous tensors the importer builds.
+    let offset = cx.opt_int("storage_offset")?.unwrap_or(0);
     let (n, idx) = strided_positions(cx, x, &size, &stride, offset)?;
     let flat = cx.reshape(x, vec![Dim::Static(n)])?;
     let iv = cx.const_i64(&[idx.len() as i64], &idx)?;
@@ -126,7 +127,7 @@ pub(super) fn as_strided_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let src = cx.t("src")?;
     let size = cx.ints("size")?;
     let stride = cx.ints("stride")?;
-    let offset = cx.int_or("storage_offset", 0)?;
+    let offset = cx.opt_int("storage_offset")?.unwrap_or(0);
     let (n, idx) = strided_positions(cx, x, &size, &stride, offset)?;
     let total = idx.len() as i64;
     if cx.ty(src).num_elements() != Some(total) {

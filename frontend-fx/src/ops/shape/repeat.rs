@@ -75,7 +75,7 @@ fn roll_dim(cx: &mut Ctx, x: ValueId, dim: usize, shift: i64) -> R<ValueId> {
 pub(super) fn roll(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let shifts = cx.ints("shifts")?;
-    let dims = cx.ints_or("dims", &[])?;
+    let dims = cx.ints("dims")?;
     if dims.is_empty() {
         let t = cx.ty(x);
         let n = t.num_elements().ok_or("roll of a symbolic tensor")?;

@@ -24,7 +24,7 @@ fn split_at(cx: &mut Ctx, x: ValueId, dim: usize, sizes: &[i64]) -> R<Vec<Val>> 
 
 pub(super) fn split(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let n = static_dim_size(cx, x, dim, "split")?;
     let ss = cx.int("split_size")?;
     if ss <= 0 && n > 0 {
@@ -51,7 +51,7 @@ pub(super) fn split(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn split_with_sizes(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let sizes = if cx.has("split_sizes") { cx.ints("split_sizes")? } else { cx.ints("split_size")? };
     let n = static_dim_size(cx, x, dim, "split")?;
     if sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) != Some(n) {
@@ -62,7 +62,7 @@ pub(super) fn split_with_sizes(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn chunk(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let n = static_dim_size(cx, x, dim, "chunk")?;
     let chunks = cx.int("chunks")?;
     if chunks <= 0 {
@@ -87,7 +87,7 @@ pub(super) fn chunk(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn unbind(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let n = static_dim_size(cx, x, dim, "unbind")?;
     if n as usize != cx.outs.len() {
         return err(format!("unbind gives {n} pieces, the node has {} outputs", cx.outs.len()));
@@ -106,7 +106,7 @@ pub(super) fn unbind(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn cat(cx: &mut Ctx) -> R<Vec<Val>> {
     let xs = cx.tensors("tensors")?;
-    let dim = cx.int_or("dim", 0)?;
+    let dim = cx.int("dim")?;
     one(cat_v(cx, &xs, dim)?)
 }
 
@@ -116,7 +116,7 @@ pub(super) fn cat(cx: &mut Ctx) -> R<Vec<Val>> {
 /// result, as in torch. Static sizes along `dim`.
 pub(super) fn diff(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let n = cx.int_or("n", 1)?;
+    let n = cx.int("n")?;
     if n < 0 {
         return err(format!("diff expects n >= 0, got {n}"));
     }
@@ -124,7 +124,7 @@ pub(super) fn diff(cx: &mut Ctx) -> R<Vec<Val>> {
     if rank == 0 {
         return err("diff expects a tensor of rank 1 or more");
     }
-    let d = norm_dim(cx.int_or("dim", -1)?, rank)?;
+    let d = norm_dim(cx.int("dim")?, rank)?;
     let mut parts = Vec::new();
     parts.extend(cx.opt_t("prepend")?);
     parts.push(x);
@@ -148,7 +148,7 @@ pub(super) fn diff(cx: &mut Ctx) -> R<Vec<Val>> {
 pub(super) fn stack(cx: &mut Ctx) -> R<Vec<Val>> {
     let xs = cx.tensors("tensors")?;
     let Some(&first) = xs.first() else { return err("stack of an empty list") };
-    let d = norm_dim(cx.int_or("dim", 0)?, cx.rank(first) + 1)? as i64;
+    let d = norm_dim(cx.int("dim")?, cx.rank(first) + 1)? as i64;
     let mut us = Vec::new();
     for x in xs {
         us.push(unsqueeze_v(cx, x, d)?);
@@ -179,10 +179,10 @@ pub(super) fn vstack(cx: &mut Ctx) -> R<Vec<Val>> {
 
 pub(super) fn slice(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
-    let dim = norm_dim(cx.int_or("dim", 0)?, cx.rank(x))?;
+    let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
     let start = cx.opt_sym("start")?;
     let end = cx.opt_sym("end")?;
-    let step = cx.int_or("step", 1)?;
+    let step = cx.int("step")?;
     one(slice_any(cx, x, dim, start, end, step)?)
 }
 
@@ -229,6 +229,6 @@ pub fn slice_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let dim = norm_dim(cx.int("dim")?, cx.rank(z))?;
     let start = cx.opt_int("start")?;
     let end = cx.opt_int("end")?.filter(|&e| e < MAX_SIZE);
-    let step = cx.int_or("step", 1)?;
+    let step = cx.int("step")?;
     one(slice_scatter_v(cx, z, g, dim, start, end, step)?)
 }

@@ -279,8 +279,8 @@ pub(super) fn flatten(cx: &mut Ctx) -> R<Vec<Val>> {
     if dims.is_empty() {
         return one(cx.reshape(x, vec![Dim::Static(1)])?);
     }
-    let s = norm_dim(cx.int_or("start_dim", 0)?, dims.len())?;
-    let e = norm_dim(cx.int_or("end_dim", -1)?, dims.len())?;
+    let s = norm_dim(cx.int("start_dim")?, dims.len())?;
+    let e = norm_dim(cx.int("end_dim")?, dims.len())?;
     if s > e {
         return err("flatten: start_dim after end_dim");
     }
