@@ -36,18 +36,27 @@ def run_family(family: str, paths: str, timeout: int) -> dict:
                HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     t0 = time.perf_counter()
     got: dict[str, dict] = {}
-    try:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "check.py"), family, "--paths", paths],
-                           capture_output=True, text=True, timeout=timeout, env=env)
-        for line in p.stdout.splitlines():
+
+    def read(stdout) -> None:
+        if isinstance(stdout, bytes):
+            stdout = stdout.decode(errors="replace")
+        for line in (stdout or "").splitlines():
             if line.startswith("CORPUS "):
                 r = json.loads(line[7:])
                 got[r.pop("path")] = r
+
+    try:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "check.py"), family, "--paths", paths],
+                           capture_output=True, text=True, timeout=timeout, env=env)
+        read(p.stdout)
         tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
         for path in paths.split(","):
             if path not in got:
                 got[path] = {"status": "crash", "detail": f"exit {p.returncode}: {tail}"[:500]}
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        # The paths that finished before the time ran out keep their results (check.py
+        # flushes each as it comes); only the path that was running, and those after it, time out.
+        read(e.stdout)
         for path in paths.split(","):
             got.setdefault(path, {"status": "timeout", "detail": f"over {timeout} s"})
     return {"family": family, "wall_s": round(time.perf_counter() - t0, 1), "paths": got}
