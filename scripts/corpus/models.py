@@ -143,12 +143,26 @@ def build(family: str, head: bool):
         cls_name = cls_name[0]
     cls = getattr(transformers, cls_name)
     model = cls(config)
+    _draw_zero_routers(model)
     kwargs = inputs_for(model, config)
     if task == "causal" and "input_ids" in kwargs:
         kwargs["labels"] = kwargs["input_ids"]
     elif task in ("seqcls", "imgcls"):
         kwargs["labels"] = torch.randint(0, max(getattr(config, "num_labels", 2), 1), (BATCH,))
     return model, kwargs, task is not None
+
+
+def _draw_zero_routers(model) -> None:
+    """Draws mixture-of-experts router weights that a config initialises to zeros (afmoe's), as
+    a trained checkpoint has them. A zero router gives every expert the same score, so every
+    token's top-k is a full tie, and which tied experts win is the kernel's own order (CPU
+    torch: `std::nth_element`'s; CUDA torch and XLA: the lowest indices). Comparing that says
+    nothing about the compiler; tests/python/test_afmoe.py pins the tie rule separately."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "router" in name and p.dim() >= 2 and p.numel() and bool((p == 0).all()):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
 
 
 SMALL = ("atto", "femto", "pico", "nano", "tiny", "mini", "small", "xs", "18", "10", "b0", "002", "050")
