@@ -97,12 +97,10 @@ def classify(e: BaseException) -> tuple[str, str]:
     return "error", f"{type(e).__name__}: {msg}"
 
 
-def as_double(model, kwargs):
-    """A float64 copy of the model and its inputs: the reference that tells eager's own rounding
-    noise (eager float32 against float64) from a real difference."""
-    m = copy.deepcopy(model).double()
-    kw = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
-    return m, kw
+def double_inputs(kwargs):
+    """The inputs with floating tensors in float64, for the float64 run of the model (the
+    reference that tells eager's own rounding noise from a real difference)."""
+    return {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
 
 
 def perturbed(model, seed: int):
@@ -162,7 +160,7 @@ def eager_noise(run, start, want, got) -> tuple[float, float, str]:
 def forward_noise(model, kwargs, got, want) -> tuple[float, float, str]:
     """`eager_noise` of the model's forward."""
     def run(m, double):
-        kw = as_double(m, kwargs)[1] if double else kwargs
+        kw = double_inputs(kwargs) if double else kwargs
         with torch.no_grad():
             return leaves(m(**kw))
     return eager_noise(run, model, want, got)
@@ -281,7 +279,7 @@ def path_train(model, kwargs, has_loss: bool):
     want = [torch.tensor(want_losses)] + [p.detach() for p in reference.parameters()]
     got = [torch.tensor(got_losses)] + [p.detach() for p in model.parameters()]
     def run(m, double):
-        kw = as_double(m, kwargs)[1] if double else kwargs
+        kw = double_inputs(kwargs) if double else kwargs
         losses = _train(m, m, kw, has_loss)
         return [torch.tensor(losses, dtype=torch.float64 if double else torch.float32)] + [p.detach() for p in m.parameters()]
 

@@ -34,17 +34,9 @@ pub mod sym;
 pub mod build;
 
 pub use build::{Ctx, OpFn, OutSlot, State, Val};
+use build::defaults::full_target;
 use std::collections::HashMap;
 use std::sync::OnceLock;
-
-/// The full target string of a table entry: bare names are ATen ops.
-fn full_target(short: &str) -> String {
-    if short.starts_with("torch.") || short.starts_with("_operator.") || short.starts_with("math.") {
-        short.to_string()
-    } else {
-        format!("torch.ops.aten.{short}")
-    }
-}
 
 fn registry() -> &'static HashMap<String, OpFn> {
     static REG: OnceLock<HashMap<String, OpFn>> = OnceLock::new();

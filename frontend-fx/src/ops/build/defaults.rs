@@ -13,15 +13,25 @@ use std::sync::LazyLock;
 /// `defaults.tsv`: target (as the registry names it), argument, kind, value.
 const TABLE: &str = include_str!("defaults.tsv");
 
-type Table = HashMap<&'static str, Vec<(&'static str, Arg)>>;
+/// Full target (see [`full_target`]) → its defaulted arguments.
+type Table = HashMap<String, Vec<(&'static str, Arg)>>;
 
 static DEFAULTS: LazyLock<Table> = LazyLock::new(|| parse(TABLE).unwrap_or_else(|e| panic!("defaults.tsv: {e}")));
+
+/// The full target string of a table name (an `OPS` entry, a line of `defaults.tsv`): bare
+/// names are ATen ops.
+pub fn full_target(short: &str) -> String {
+    if short.starts_with("torch.") || short.starts_with("_operator.") || short.starts_with("math.") {
+        short.to_string()
+    } else {
+        format!("torch.ops.aten.{short}")
+    }
+}
 
 /// The schema default of argument `name` of `target` (a node's full target, e.g.
 /// `torch.ops.aten.sum.dim_IntList`), if it has one that is not None.
 pub fn schema_default(target: &str, name: &str) -> Option<&'static Arg> {
-    let short = target.strip_prefix("torch.ops.aten.").unwrap_or(target);
-    DEFAULTS.get(short)?.iter().find(|(n, _)| *n == name).map(|(_, a)| a)
+    DEFAULTS.get(target)?.iter().find(|(n, _)| *n == name).map(|(_, a)| a)
 }
 
 fn parse(text: &'static str) -> Result<Table, String> {
@@ -45,7 +55,7 @@ fn parse(text: &'static str) -> Result<Table, String> {
             "dtype" => Arg::ScalarType(int(value)?),
             _ => return Err(bad("unknown kind")),
         };
-        table.entry(target).or_default().push((name, arg));
+        table.entry(full_target(target)).or_default().push((name, arg));
     }
     Ok(table)
 }
@@ -84,7 +94,8 @@ mod tests {
         let mut n = 0;
         for (target, args) in DEFAULTS.iter() {
             for (name, _) in args {
-                assert!(defaulted.contains(&(*target, *name)), "{target} `{name}` has no default in op_schemas.tsv");
+                let short = target.strip_prefix("torch.ops.aten.").unwrap_or(target);
+                assert!(defaulted.contains(&(short, *name)), "{target} `{name}` has no default in op_schemas.tsv");
                 n += 1;
             }
         }
