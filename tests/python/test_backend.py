@@ -941,11 +941,25 @@ def test_linear_algebra_matches_eager_and_raises_where_eager_raises():
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
         else:
             assert torch.equal(g, w)
-    singular = torch.zeros(2, 4, 4)
+    # cholesky_ex's `info` is LAPACK's: the order of the first leading minor that is not
+    # positive-definite, per matrix of a batch.
+    c = torch.randn(6, 7, 7)
+    c = c @ c.mT + torch.eye(7)
+    c[1, 3, 3], c[2, 0, 0], c[4, 6, 6] = -100.0, float("nan"), -50.0
+    info = torch.compile(lambda c: torch.linalg.cholesky_ex(c).info, backend="tpuc", options={"strict": True})(c)
+    assert info.tolist() == torch.linalg.cholesky_ex(c).info.tolist() == [0, 4, 1, 0, 7, 0]
+    # The program returns each factorization's status and torch checks it after the run, so
+    # the error is eager's own, word for word: one matrix, and the second of a batch.
+    singular = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 1.0, 1.0]])
+    batch = torch.stack([torch.eye(3) * 2, singular])
     for op in (torch.linalg.inv, torch.linalg.cholesky):
-        torch._dynamo.reset()
-        with pytest.raises(torch.linalg.LinAlgError):
-            torch.compile(op, backend="tpuc", options={"strict": True})(singular)
+        for x in (singular, batch):
+            torch._dynamo.reset()
+            with pytest.raises(torch.linalg.LinAlgError) as eager:
+                op(x)
+            with pytest.raises(torch.linalg.LinAlgError) as compiled:
+                torch.compile(op, backend="tpuc", options={"strict": True})(x)
+            assert str(compiled.value) == str(eager.value)
 
 
 def test_qr_eigh_svd_and_pinv_match_eager():

@@ -9,7 +9,8 @@
 //! Matrices are the trailing two dims; leading (batch) dims broadcast between the operands as
 //! in ATen. `cholesky` leaves the unused triangle unspecified, so the factor is masked to its
 //! triangle. `info` of `linalg_cholesky_ex` is 0, or the 1-based order of the first leading
-//! minor whose pivot is not positive and finite (XLA fills the factor with NaN from there).
+//! minor that is not positive-definite, found by bisection over leading blocks (XLA's factor
+//! is NaN throughout when it fails).
 
 use crate::ops::build::*;
 use Opcode as O;
@@ -52,13 +53,7 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     let upper = cx.bool("upper")?;
     let l = cholesky_lower(cx, a)?;
     let info = if cx.used(1) && n > 0 {
-        // The diagonal of L: the pivots.
-        let piv = diagonal(cx, l)?;
-        let fin = cx.un(O::IsFinite, piv)?;
-        let zp = cx.full_like(Scalar::Float(0.0), piv)?;
-        let pos = cx.cmp(Direction::Gt, piv, zp)?;
-        let good = cx.bin(O::And, fin, pos)?;
-        Val::Tensor(first_failure(cx, good)?)
+        Val::Tensor(cholesky_info(cx, a, l, n)?)
     } else if cx.used(1) {
         let mut bd = cx.dims(a);
         bd.truncate(bd.len() - 2);
@@ -68,6 +63,55 @@ fn cholesky_ex(cx: &mut Ctx) -> R<Vec<Val>> {
     };
     let l = if upper { mt(cx, l)? } else { l };
     Ok(vec![Val::Tensor(l), info])
+}
+
+/// Whether the Cholesky factor `l` failed, per matrix: a pivot (its diagonal) that is not
+/// positive and finite.
+fn factor_failed(cx: &mut Ctx, l: ValueId) -> R<ValueId> {
+    let piv = diagonal(cx, l)?;
+    let fin = cx.un(O::IsFinite, piv)?;
+    let zp = cx.full_like(Scalar::Float(0.0), piv)?;
+    let pos = cx.cmp(Direction::Gt, piv, zp)?;
+    let good = cx.bin(O::And, fin, pos)?;
+    let last = cx.rank(good) - 1;
+    let all_good = cx.reduce(good, ReduceKind::And, &[last], false)?;
+    cx.un(O::Not, all_good)
+}
+
+/// LAPACK's `info` for the Cholesky factor `l` of `a` ([..., n, n]): 0, or the 1-based order of
+/// the first leading minor that is not positive-definite. XLA's factor is NaN throughout when
+/// it fails, so the order is found by bisection: the factorization of `a`'s leading k×k block,
+/// padded with the identity, fails exactly when the minor of order k does, and failing is
+/// monotone in k. ⌈log₂ n⌉ more factorizations, each matrix of a batch bisected on its own.
+fn cholesky_info(cx: &mut Ctx, a: ValueId, l: ValueId, n: i64) -> R<ValueId> {
+    let failed = factor_failed(cx, l)?;
+    let bd = cx.dims(failed);
+    let r = bd.len();
+    let dims = cx.dims(a);
+    // The minor of order `lo` is positive-definite, that of order `hi` is not (where failed).
+    let mut lo = cx.full(Scalar::Int(0), DType::I32, &bd)?;
+    let mut hi = cx.full(Scalar::Int(n), DType::I32, &bd)?;
+    let (i, j) = (cx.iota(DType::I32, &dims, r)?, cx.iota(DType::I32, &dims, r + 1)?);
+    let eye = {
+        let same = cx.cmp(Direction::Eq, i, j)?;
+        let (one, zero) = (cx.full_like(Scalar::Float(1.0), a)?, cx.full_like(Scalar::Float(0.0), a)?);
+        cx.select(same, one, zero)?
+    };
+    let bcast = (0..r as i64).collect::<Vec<_>>();
+    for _ in 0..(64 - (n.max(1) - 1).leading_zeros()) {
+        let sum = cx.bin(O::Add, lo, hi)?;
+        let mid = cx.bin_c(O::Div, sum, 2.0)?;
+        let k = cx.b.broadcast_in_dim(mid, &bcast, dims.clone())?;
+        let (in_i, in_j) = (cx.cmp(Direction::Lt, i, k)?, cx.cmp(Direction::Lt, j, k)?);
+        let inside = cx.bin(O::And, in_i, in_j)?;
+        let block = cx.select(inside, a, eye)?;
+        let f = cx.b.build1(O::Cholesky, &[block], Attrs::new().with("lower", Attr::Bool(true)), None)?;
+        let fails = factor_failed(cx, f)?;
+        hi = cx.select(fails, mid, hi)?;
+        lo = cx.select(fails, lo, mid)?;
+    }
+    let zero = cx.full_like(Scalar::Int(0), hi)?;
+    cx.select(failed, hi, zero)
 }
 
 /// Solves (L·Lᵀ)·X = B, or (Uᵀ·U)·X = B with `upper`, for the factor `f`.
