@@ -16,6 +16,7 @@
 
 pub mod boxes;
 pub mod buckets;
+pub mod checks;
 pub mod dynamic;
 pub mod exec;
 pub mod job_graph;

@@ -188,9 +188,10 @@ pub(crate) fn import_program(
     let (fi, block) = module.add_func("main", sig.args);
     let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
     let uses = used_names(prog);
-    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default() };
+    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default() };
     lower_nodes(&mut module, block, g, &rename, &mut st)?;
-    let (results, result_infos, outputs) = read_outputs(prog, &st)?;
+    let (mut results, mut result_infos, outputs) = read_outputs(prog, &st)?;
+    append_checks(&st, &mut results, &mut result_infos);
     {
         let mut b = Builder::new(&mut module, block);
         b.ret(&results).map_err(|e| ImportError::Verify(e.to_string()))?;
@@ -345,6 +346,13 @@ fn read_inputs(prog: &ExportedProgram<'_>, rename: &HashMap<String, String>) -> 
             "parameter" => weight("parameter_name", ArgKind::Parameter)?,
             "buffer" => weight("buffer_name", ArgKind::Buffer)?,
             "tensor_constant" => weight("tensor_constant_name", ArgKind::Constant)?,
+            "token" => {
+                // An effect token (see `ops::effects`): no argument, no value at run time.
+                let name = schema::tensor_name(schema::field(body, "arg")?)?;
+                env.insert(name, Val::Token);
+                inputs.push(InputSlot::Const(ConstValue::None));
+                continue;
+            }
             "constant_input" => {
                 let name = schema::as_str(schema::field(body, "name")?)?.to_string();
                 let c = decode_constant(schema::field(body, "value")?)?;
@@ -529,6 +537,11 @@ fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<Value
     for spec in out_specs.iter() {
         let (kind, body) = schema::union_arm(spec)?;
         let arg_v = schema::field(body, "arg")?;
+        if kind == "token" {
+            // The effect token torch returns (see `ops::effects`): nothing at run time.
+            outputs.push(OutputSlot::Const(ConstValue::None));
+            continue;
+        }
         let named = |field: &str| -> Result<String, ImportError> { Ok(schema::as_str(schema::field(body, field)?)?.to_string()) };
         let (rkind, rname_field) = match kind {
             "user_output" => (ResultKind::UserOutput, None),
@@ -584,6 +597,15 @@ fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<Value
         }
     }
     Ok((results, result_infos, outputs))
+}
+
+/// Step 8: the statuses the caller checks after the run (see `ops::effects`), as results of
+/// kind `check` after the signature's outputs.
+fn append_checks(st: &State<'_>, results: &mut Vec<ValueId>, infos: &mut Vec<ResultInfo>) {
+    for (v, api) in st.checks.take() {
+        results.push(v);
+        infos.push(ResultInfo::new(ResultKind::Check, api));
+    }
 }
 
 /// How a node is lowered: its op's lowering and, for an in-place op lowered through its

@@ -74,6 +74,20 @@ pub enum OutputSlot {
     Sym(SymExpr),
 }
 
+/// A status the program returns for its caller to check after the run, where eager checks it
+/// while running: the `info` of a linalg factorization, nonzero where eager raises
+/// `torch.linalg.LinAlgError` (see `ops::effects`). A result of kind
+/// [`tpuc_ir::ResultKind::Check`] of `main`; [`Imported::checks`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostCheck {
+    /// The result of `main` holding the status (an integer per matrix of the batch).
+    pub result: usize,
+    /// The API eager names in its error (`linalg.inv`).
+    pub api: String,
+    /// Whether one matrix was factorized (a 0-d status) rather than a batch.
+    pub is_matrix: bool,
+}
+
 /// An imported program.
 #[derive(Debug)]
 pub struct Imported {
@@ -98,6 +112,23 @@ pub struct Imported {
 }
 
 impl Imported {
+    /// The statuses to check after each run, in result order.
+    pub fn checks(&self) -> Vec<HostCheck> {
+        let Some(f) = self.module.main_func() else { return Vec::new() };
+        let entry = self.module.entry_block(f);
+        let returned = self.module.terminator(entry).map(|o| self.module.ops[o].operands().to_vec()).unwrap_or_default();
+        f.results()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind == tpuc_ir::ResultKind::Check)
+            .map(|(i, r)| HostCheck {
+                result: i,
+                api: r.name.clone(),
+                is_matrix: returned.get(i).is_some_and(|&v| self.module.value_type(v).rank() == 0),
+            })
+            .collect()
+    }
+
     /// The data of a weight, or an error saying why it is unavailable.
     pub fn weight(&self, name: &str) -> Result<&TensorData, ImportError> {
         match self.weights.get(name) {

@@ -237,6 +237,8 @@ pub enum Arg {
     MemoryFormat(i64),
     Layout(i64),
     Device(String),
+    /// An operator passed as a value (`with_effects`' wrapped op), by its full target name.
+    Operator(String),
     /// An arm the importer does not interpret (named for error messages).
     Other(String),
 }
@@ -264,6 +266,7 @@ impl Arg {
             Arg::MemoryFormat(_) => "memory format",
             Arg::Layout(_) => "layout",
             Arg::Device(_) => "device",
+            Arg::Operator(_) => "operator",
             Arg::Other(_) => "unsupported argument",
         }
     }
@@ -403,6 +406,7 @@ pub fn decode_arg(v: &Value) -> Result<Arg, ImportError> {
         "as_memory_format" => Arg::MemoryFormat(as_i64(x)?),
         "as_layout" => Arg::Layout(as_i64(x)?),
         "as_device" => Arg::Device(x.get("type").and_then(Value::as_str).unwrap_or("cpu").to_string()),
+        "as_operator" => Arg::Operator(as_str(x)?.to_string()),
         other => Arg::Other(other.to_string()),
     })
 }
@@ -622,6 +626,7 @@ map_visitor!(FastArg, "an Argument", |m| union_map(m, |k, m| {
         "as_memory_format" => Arg::MemoryFormat(m.next_value()?),
         "as_layout" => Arg::Layout(m.next_value()?),
         "as_device" => Arg::Device(m.next_value::<FastDevice>()?.0),
+        "as_operator" => Arg::Operator(m.next_value()?),
         _ => return Ok(None),
     })))
 }));

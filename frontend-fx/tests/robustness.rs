@@ -196,8 +196,9 @@ struct OpSchema {
     returns: Vec<String>,
 }
 
-/// Python-level targets (no ATen schema), in the table's format.
+/// Python-level targets and higher-order ops (no ATen schema), in the table's format.
 const PYTHON_SCHEMAS: &str = "\
+torch.ops.higher_order.with_effects\ttoken:Tensor op:str info:Tensor api_name:str is_matrix:bool\tTensor
 _operator.add\ta:number b:number\tint
 _operator.sub\ta:number b:number\tint
 _operator.mul\ta:number b:number\tint

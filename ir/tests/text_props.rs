@@ -436,6 +436,7 @@ fn gen_module(choices: &[u64]) -> Module {
                         ResultKind::Gradient,
                         ResultKind::Loss,
                         ResultKind::Size,
+                        ResultKind::Check,
                     ]),
                     name: string(g),
                     sharding: None,

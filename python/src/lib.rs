@@ -421,6 +421,13 @@ impl Program {
             .collect()
     }
 
+    /// The statuses to check after each run, as torch's `_linalg_check_errors` checks them:
+    /// (result index, API name, is_matrix), in graph order (see `tpuc_driver::checks`).
+    #[getter]
+    fn checks(&self) -> Vec<(usize, String, bool)> {
+        self.inner.checks.iter().map(|c| (c.result, c.api.clone(), c.is_matrix)).collect()
+    }
+
     /// The value of signature output `k`, a symbolic size expression (`("sym", text)` in
     /// `output_slots`), for the real sizes `sizes` (symbol -> size).
     fn sym_output(&self, py: Python<'_>, k: usize, sizes: std::collections::BTreeMap<String, i64>) -> PyResult<i64> {

@@ -166,65 +166,6 @@ class SavedLayout:
         return self.inner(args)
 
 
-def _lift_error_checks(gm: torch.fx.GraphModule) -> list[tuple[str, bool]]:
-    """Takes linalg's error checks (`with_effects(token, aten._linalg_check_errors, info, api)`,
-    which raise LinAlgError on a singular or non positive-definite input) out of the graph: the
-    token passes through, and each `info` becomes an extra output that `_Checked` checks on the
-    host after the run, so a compiled call raises where eager raises. Returns (api, is_matrix)
-    per lifted check, in output order; an unexpected use of a check leaves the graph as it is."""
-    effects = getattr(torch.ops.higher_order, "with_effects", None)
-    check = torch.ops.aten._linalg_check_errors.default
-    found = []
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target is effects and len(n.args) >= 3 and n.args[1] is check:
-            users = list(n.users)
-            if not all(is_getitem(u) and u.args[1] == 0 for u in users):
-                return []
-            found.append((n, users))
-    if not found:
-        return []
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    extra, checks = [], []
-    for n, users in found:
-        token, _, info, *rest = n.args
-        for u in users:
-            u.replace_all_uses_with(token)
-            gm.graph.erase_node(u)
-        gm.graph.erase_node(n)
-        extra.append(info)
-        checks.append((rest[0] if rest else n.kwargs.get("api_name", ""), bool(n.kwargs.get("is_matrix", True))))
-    outs = out.args[0]
-    out.args = ((*outs, *extra),) if isinstance(outs, (tuple, list)) else ((outs, *extra),)
-    gm.recompile()
-    return checks
-
-
-_EMPTY = torch.empty(0)
-
-
-class _Checked:
-    """A compiled graph whose last outputs are linalg `info` tensors: checks them as eager does
-    (raising torch.linalg.LinAlgError) and returns the other outputs."""
-
-    _boxed_call = True
-
-    def __init__(self, inner, checks: list[tuple[str, bool]]):
-        self.inner = inner
-        self.checks = checks
-
-    def __call__(self, args):
-        # At run time the effect token arrives as None (its traced value is an empty tensor).
-        args = [_EMPTY if a is None else a for a in args]
-        outs = list(self.inner(args))
-        k = len(self.checks)
-        for info, (api, is_matrix) in zip(outs[-k:], self.checks):
-            torch.ops.aten._linalg_check_errors(info, api, is_matrix=is_matrix)
-        return outs[:-k]
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 def _eager(gm: torch.fx.GraphModule):
     def run(args):
         return gm(*args)
@@ -299,7 +240,6 @@ class _Backend:
         if kind == "forward" and meta is not None:
             # Outputs past aot's forward returns are activations saved for the backward.
             gm.meta["tpuc_saved_from"] = meta.num_forward
-        checks = _lift_error_checks(gm)
         collectives = _dist.has_collectives(gm)
         ranked = False
         if collectives and _ranks.active() is None and _dist.in_job():
@@ -338,7 +278,7 @@ class _Backend:
             # (Per-rank programs find their saved values by identity among the forward's
             # results and read them as values, as a whole compiled graph does.)
             inner = SavedLayout.around(inner, gm)
-        return _Checked(inner, checks) if checks else inner
+        return inner
 
     def build(self, gm: torch.fx.GraphModule, name: str, static: set[int], buffers: set[int]):
         """A boxed callable running `gm` (static shapes) through tpuc, split if needed."""

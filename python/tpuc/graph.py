@@ -241,6 +241,9 @@ class CompiledGraph:
                 raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot.expr}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
+        # Statuses eager raises on (linalg's `info`): read after each run by torch's own check.
+        self.checks = [(ri, _DTYPES[results[ri][0]], tuple(results[ri][1]), api, is_matrix)
+                       for ri, api, is_matrix in self.program.checks]
 
     def _sym_output_ok(self, k: int) -> bool:
         try:
@@ -323,8 +326,16 @@ class CompiledGraph:
         self.call_ns += time.perf_counter_ns() - t0
         return outs
 
+    def _check(self, status) -> None:
+        """Raises torch.linalg.LinAlgError as eager does where a status (`status(ri, dtype,
+        shape)`: the result as a tensor) is nonzero."""
+        for ri, dtype, shape, api, is_matrix in self.checks:
+            torch.ops.aten._linalg_check_errors(status(ri, dtype, shape), api, is_matrix=is_matrix)
+
     def _cut_outputs(self, results, sizes: dict[str, int]) -> list:
         """The graph's outputs from one bucketed run's results (each a buffer and real dims)."""
+        if self.checks:
+            self._check(lambda ri, dtype, _: _tensor_of(results[ri][0], dtype, tuple(results[ri][1]), math.prod(results[ri][1])))
         outs = []
         for p in self.out_plan:
             ri = p[0]
@@ -408,6 +419,8 @@ class CompiledGraph:
 
     def _outputs(self, bufs, sizes) -> list:
         """The graph's outputs from one run's result buffers."""
+        if self.checks:
+            self._check(lambda ri, dtype, shape: _tensor_of(bufs[ri], dtype, shape))
         outs = []
         for p in self.out_plan:
             ri = p[0]

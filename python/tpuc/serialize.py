@@ -27,6 +27,7 @@ from torch.export.graph_signature import (
     OutputSpec,
     SymIntArgument,
     TensorArgument,
+    TokenArgument,
 )
 
 from .errors import TpucError, stack_trace
@@ -79,6 +80,11 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
     input_specs = []
     for i, (n, kind) in enumerate(zip(placeholders, input_kinds)):
         v = None if n in opaque else n.meta.get("val")
+        if n.users and all(_threads_token(u, n) for u in n.users):
+            # An effect token (aot_autograd passes None for it at run time): the front end
+            # orders the effects by it and gives it no argument.
+            input_specs.append(InputSpec(kind=InputKind.TOKEN, arg=TokenArgument(name=n.name), target=None))
+            continue
         if isinstance(v, torch.Tensor):
             arg = TensorArgument(name=n.name)
         elif isinstance(v, torch.SymInt):
@@ -96,6 +102,9 @@ def graph_to_json(gm: torch.fx.GraphModule, input_kinds: list[str], input_target
     out = gm.graph.output_node().args[0]
     outs = out if isinstance(out, (list, tuple)) else [out]
     for k, o in enumerate(outs):
+        if isinstance(o, torch.fx.Node) and is_getitem(o) and o.args[1] == 0 and _threads_token(o.args[0]):
+            output_specs.append(OutputSpec(kind=OutputKind.TOKEN, arg=TokenArgument(name=o.name), target=None))
+            continue
         if isinstance(o, torch.fx.Node):
             v = o.meta.get("val")
             arg = SymIntArgument(name=o.name) if isinstance(v, torch.SymInt) else TensorArgument(name=o.name)
@@ -146,6 +155,13 @@ def _range_constraints(placeholders: list[torch.fx.Node]) -> dict:
                     if r is not None:
                         ranges[sym] = r
     return _serde.serialize_range_constraints(ranges)
+
+
+def _threads_token(node: torch.fx.Node, token: torch.fx.Node | None = None) -> bool:
+    """Whether `node` is a `with_effects` call (taking `token` as its effect token, if given)."""
+    effects = getattr(torch.ops.higher_order, "with_effects", None)
+    return (node.op == "call_function" and effects is not None and node.target is effects
+            and (token is None or (bool(node.args) and node.args[0] is token)))
 
 
 def is_opaque_input(n: torch.fx.Node) -> bool:

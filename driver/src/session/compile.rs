@@ -16,6 +16,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
     let import_time = start.elapsed();
     let inputs = imported.inputs.clone();
     let outputs = imported.outputs.clone();
+    let checks = imported.checks();
     let module_dump = options.dump_dir.as_ref().map(|d| d.join(&options.name));
     let lower_options = LowerOptions {
         verify_each: options.verify_each,
@@ -110,6 +111,7 @@ pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, Dr
         name: options.name.clone(),
         inputs,
         outputs,
+        checks,
         args,
         results,
         stablehlo: lowered.stablehlo.unwrap_or_default(),

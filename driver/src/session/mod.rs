@@ -117,6 +117,8 @@ pub struct Program {
     pub inputs: Vec<InputSlot>,
     /// One entry per signature output, in order.
     pub outputs: Vec<OutputSlot>,
+    /// The results that are statuses to check after each run (see [`crate::checks`]).
+    pub checks: Vec<crate::checks::HostCheck>,
     /// `main`'s arguments.
     pub args: Vec<ArgInfo>,
     /// `main`'s results, without the data-dependent sizes a bucketed program returns after

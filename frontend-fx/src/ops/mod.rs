@@ -17,6 +17,7 @@ pub mod spectral;
 pub mod creation;
 pub mod data_dependent;
 pub mod distance;
+pub mod effects;
 pub mod histogram;
 pub mod elementwise;
 pub mod index;
@@ -61,6 +62,7 @@ fn registry() -> &'static HashMap<String, OpFn> {
             collective::OPS,
             sym::OPS,
             random::OPS,
+            effects::OPS,
         ];
         let mut m = HashMap::new();
         for &t in tables {

@@ -299,6 +299,9 @@ pub enum ResultKind {
     /// i64 scalar that a bucketed program returns after the other results, by which the
     /// caller cuts them.
     Size,
+    /// A status a host check reads after the run (named by `ResultInfo::name`, the checking
+    /// API): LAPACK's `info` of a linalg factorization, nonzero where eager raises.
+    Check,
 }
 
 impl ResultKind {
@@ -310,6 +313,7 @@ impl ResultKind {
             ResultKind::Gradient => "gradient",
             ResultKind::Loss => "loss",
             ResultKind::Size => "size",
+            ResultKind::Check => "check",
         }
     }
     pub fn parse(s: &str) -> Option<ResultKind> {
@@ -320,6 +324,7 @@ impl ResultKind {
             ResultKind::Gradient,
             ResultKind::Loss,
             ResultKind::Size,
+            ResultKind::Check,
         ]
         .into_iter()
         .find(|k| k.name() == s)

@@ -112,7 +112,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         if let Some(sh) = &sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::from_signature(&compiled, &sig, sh).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &[], &outputs, None, None, compiled.summary.cache);
         }
         tracing::info!("{}", compiled.summary.line());
         let runner = tpuc_driver::exec::Runner::from_signature(&compiled, &sig).map_err(DriverError::from)?;
@@ -120,9 +120,11 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         for _ in 1..a.repeat.max(1) {
             times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
         }
-        return finish_run(&a, &start, &outputs, Timing::of(&times), None, compiled.summary.cache);
+        return finish_run(&a, &start, &[], &outputs, Timing::of(&times), None, compiled.summary.cache);
     }
     let mut imported = tpuc_driver::import(&a.model)?;
+    // Statuses eager would raise on (a linalg factorization's), read after the run.
+    let checks = imported.checks();
     if dynamic::append_seed(&imported.module, &mut inputs, a.seed) {
         tracing::info!("random ops seeded with --seed {}", a.seed);
     }
@@ -151,7 +153,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             }
             let runner = tpuc_driver::spmd::RankRunner::new(&compiled, &lowered.module, &lowered.weights, r.count).map_err(DriverError::from)?;
             let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &checks, &outputs, None, None, compiled.summary.cache);
         }
         if let Some(sh) = &lowered.sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
@@ -166,9 +168,9 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 }
                 us.sort_by(f64::total_cmp);
                 let timing = Timing { runs: us.len(), devices: Some(tpuc_driver::spmd::device_count(sh)), median_us: vec![("total", us[us.len() / 2])] };
-                return finish_run(&a, &start, &outputs, Some(timing), None, compiled.summary.cache);
+                return finish_run(&a, &start, &checks, &outputs, Some(timing), None, compiled.summary.cache);
             }
-            return finish_run(&a, &start, &outputs, None, None, compiled.summary.cache);
+            return finish_run(&a, &start, &checks, &outputs, None, None, compiled.summary.cache);
         }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
         let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
@@ -233,7 +235,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             .map_err(DriverError::from)?;
         (outputs, Some(bucket), compiled.summary.cache)
     };
-    finish_run(&a, &start, &outputs, Timing::of(&times), bucket, source)
+    finish_run(&a, &start, &checks, &outputs, Timing::of(&times), bucket, source)
 }
 
 /// `run --repeat N`: the median of the timed runs (all but the first), per step, in µs.
@@ -284,6 +286,7 @@ impl Timing {
 fn finish_run(
     a: &RunArgs,
     start: &tpuc_driver::session::Transfers,
+    checks: &[tpuc_driver::checks::HostCheck],
     outputs: &[tpuc_driver::tensor::HostTensor],
     timing: Option<Timing>,
     bucket: Option<tpuc_driver::dynamic::Sizes>,
@@ -292,6 +295,10 @@ fn finish_run(
     if let (Some(t), false) = (&timing, a.json) {
         println!("{}", t.line());
     }
+    if let Some(failure) = tpuc_driver::checks::first_failure(checks, outputs) {
+        return Err(Failure::User(failure));
+    }
+    let outputs = &tpuc_driver::checks::without_statuses(checks, outputs);
     let result = report_outputs(a, outputs);
     let moved = tpuc_driver::session::transfers().since(start);
     if a.json {

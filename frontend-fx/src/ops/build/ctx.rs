@@ -69,6 +69,8 @@ pub enum Val {
     None,
     /// An output nobody reads, not built.
     Absent,
+    /// An effect token (`with_effects`): orders effects in the graph, no value at run time.
+    Token,
 }
 
 /// A Python number argument.
@@ -125,6 +127,9 @@ pub struct State<'p> {
     pub rename: HashMap<String, String>,
     /// The next stream number of the program's random ops (see `random`).
     pub streams: std::cell::Cell<i64>,
+    /// Statuses the caller checks after the run, in graph order: the value and the API eager
+    /// names in its error (see `ops::effects`).
+    pub checks: std::cell::RefCell<Vec<(ValueId, String)>>,
 }
 
 /// One flattened output slot of a node.
