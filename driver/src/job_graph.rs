@@ -23,24 +23,40 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-/// What an FX node is, as far as the job's split and schedule are concerned.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum NodeKind {
-    Placeholder,
-    Output,
-    /// An op compiled by tpuc.
-    Compute,
-    /// An op tpuc cannot compile: it runs in eager PyTorch, between regions.
-    Eager,
-    /// A functional collective (`_c10d_functional`), issued without waiting.
-    Collective,
-    /// `wait_tensor`: where a collective's result is first needed.
-    Wait,
-    /// `operator.getitem` of a multi-output node (its first input).
-    Getitem,
-    /// Anything else (`get_attr`, a fused part's `call_module`).
-    Other,
+/// Calls the macro `$m` with [`NodeKind`]'s variants (their docs included), the one list a
+/// binding mirrors them from (the Python extension's `_C.NodeKind`).
+#[macro_export]
+macro_rules! node_kinds {
+    ($m:ident) => {
+        $m! {
+            Placeholder,
+            Output,
+            /// An op compiled by tpuc.
+            Compute,
+            /// An op tpuc cannot compile: it runs in eager PyTorch, between regions.
+            Eager,
+            /// A functional collective (`_c10d_functional`), issued without waiting.
+            Collective,
+            /// `wait_tensor`: where a collective's result is first needed.
+            Wait,
+            /// `operator.getitem` of a multi-output node (its first input).
+            Getitem,
+            /// Anything else (`get_attr`, a fused part's `call_module`).
+            Other,
+        }
+    };
 }
+
+macro_rules! define_node_kind {
+    ($($(#[$doc:meta])* $v:ident,)*) => {
+        /// What an FX node is, as far as the job's split and schedule are concerned.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+        pub enum NodeKind {
+            $($(#[$doc])* $v,)*
+        }
+    };
+}
+node_kinds!(define_node_kind);
 
 /// One node of the table.
 #[derive(Clone, Debug)]

@@ -954,34 +954,26 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     guard(py, "_panic_for_test", || panic!("deliberate panic for a test"))
 }
 
-/// The kind of an FX node in a torch.distributed job's graph (see `tpuc_driver::job_graph`).
-#[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum NodeKind {
-    Placeholder,
-    Output,
-    Compute,
-    Eager,
-    Collective,
-    Wait,
-    Getitem,
-    Other,
-}
-
-impl From<NodeKind> for job_graph::NodeKind {
-    fn from(k: NodeKind) -> Self {
-        match k {
-            NodeKind::Placeholder => job_graph::NodeKind::Placeholder,
-            NodeKind::Output => job_graph::NodeKind::Output,
-            NodeKind::Compute => job_graph::NodeKind::Compute,
-            NodeKind::Eager => job_graph::NodeKind::Eager,
-            NodeKind::Collective => job_graph::NodeKind::Collective,
-            NodeKind::Wait => job_graph::NodeKind::Wait,
-            NodeKind::Getitem => job_graph::NodeKind::Getitem,
-            NodeKind::Other => job_graph::NodeKind::Other,
+macro_rules! py_node_kind {
+    ($($(#[$doc:meta])* $v:ident,)*) => {
+        /// The kind of an FX node in a torch.distributed job's graph: `tpuc_driver::job_graph::NodeKind`,
+        /// its variants listed once there.
+        #[pyclass(module = "tpuc._C", eq, eq_int, frozen, from_py_object)]
+        #[derive(Copy, Clone, PartialEq, Eq)]
+        enum NodeKind {
+            $($(#[$doc])* $v,)*
         }
-    }
+
+        impl From<NodeKind> for job_graph::NodeKind {
+            fn from(k: NodeKind) -> Self {
+                match k {
+                    $(NodeKind::$v => job_graph::NodeKind::$v,)*
+                }
+            }
+        }
+    };
 }
+tpuc_driver::node_kinds!(py_node_kind);
 
 /// A job graph's node table, built node by node in graph order; the split into regions and the
 /// schedule of its collectives are decided in `tpuc_driver::job_graph`.
