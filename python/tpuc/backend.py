@@ -174,6 +174,36 @@ def _eager(gm: torch.fx.GraphModule):
     return run
 
 
+_HOST_READ = torch.ops.aten._local_scalar_dense.default
+_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool, type(None))
+
+
+def _host_nodes(gm: torch.fx.GraphModule) -> set[str]:
+    """The nodes that run on the host: numbers read from a tensor (`.item()`, which Dynamo
+    captures as `_local_scalar_dense` with `capture_scalar_outputs`) and the nodes computing
+    numbers (or checks) from those alone (`sym_sum` of several reads, `_assert_scalar`)."""
+    host: set[str] = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is _HOST_READ:
+            host.add(n.name)
+        elif host and n.all_input_nodes and all(a.name in host for a in n.all_input_nodes) \
+                and isinstance(n.meta.get("val"), _NUMBERS):
+            host.add(n.name)
+    return host
+
+
+def _has_symbolic_shapes(gm: torch.fx.GraphModule) -> bool:
+    """Whether some value of `gm` has a symbolic size (a placeholder's, or one computed from a
+    number read on the host before the graph)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape):
+            return True
+    return False
+
+
 def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
     """Whether `gm` has symbolic input sizes, or sizes only its data knows (`nonzero`,
     `masked_select`: compiled padded to their bound, and cut to the size they return)."""
@@ -270,7 +300,7 @@ class _Backend:
                 inner = ShapeSpecialized(self, gm, name, static, buffers, ranked=ranked)
             else:
                 inner = RankedGraph(self, gm, name, static, buffers, **ranked)
-        elif _is_symbolic(gm):
+        elif _is_symbolic(gm) and not _host_nodes(gm):
             inner = ShapeSpecialized(self, gm, name, static, buffers)
         else:
             inner = self.build(gm, name, static, buffers)
@@ -286,12 +316,17 @@ class _Backend:
 
         supported = supported_targets()
         job = _dist.in_job() and _ranks.active() is None and _dist.has_collectives(gm)
+        # Numbers read on the host (`.item()`) and the arithmetic on them alone run there: the
+        # graph is split at them, and the parts after take the numbers as inputs (values, or
+        # sizes, whose parts are compiled per bucket). A designed split, not a fallback: strict
+        # mode allows it.
+        reads = _host_nodes(gm)
         unsupported = {
             n.name
             for n in gm.graph.nodes
             if n.op == "call_function" and not is_getitem(n) and target_name(n.target) not in supported
             and not (job and _dist.is_collective(n))
-        }
+        } - reads
         by_name = {n.name: n for n in gm.graph.nodes}
         for _ in range(32):
             if unsupported and self.opts.strict:
@@ -300,14 +335,14 @@ class _Backend:
                                            **_first_node_fields(by_name, unsupported))
             try:
                 if job:
-                    return self._split(gm, name, static, buffers, unsupported, job=True)
-                if not unsupported:
+                    return self._split(gm, name, static, buffers, unsupported, reads, job=True)
+                if not unsupported and not reads:
                     compiled = CompiledGraph(gm, name, static, buffers, self.opts)
                     if not compiled.can_run:
                         self._warn_cannot_run(compiled)
                         return _eager(gm)
                     return compiled
-                return self._split(gm, name, static, buffers, unsupported)
+                return self._split(gm, name, static, buffers, unsupported, reads)
             except TpucError as e:
                 # Ops the registry knows but cannot lower with these arguments: run those nodes
                 # eagerly too (in strict mode, raise). The importer names every such node of the
@@ -323,9 +358,10 @@ class _Backend:
                 raise
         raise TpucError(f"tpuc: {name}: gave up splitting the graph", kind="internal", graph=name)
 
-    def _split(self, gm, name, static, buffers, unsupported: set[str], job: bool = False):
-        """The graph with `unsupported` nodes (and, in a torch.distributed job, its collectives)
-        run eagerly and the rest compiled in parts."""
+    def _split(self, gm, name, static, buffers, unsupported: set[str], reads: set[str], job: bool = False):
+        """The graph with `unsupported` nodes, host reads (`reads`, see `build`) and, in a
+        torch.distributed job, its collectives run eagerly, and the rest compiled in parts (a
+        part with symbolic shapes, from a size read on the host, per bucket)."""
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -333,7 +369,7 @@ class _Backend:
 
         class Support(OperatorSupportBase):
             def is_node_supported(self, submodules, node) -> bool:
-                return node.op == "call_function" and node.name not in unsupported
+                return node.op == "call_function" and node.name not in unsupported and node.name not in reads
 
         work = copy_graph_module(gm)
         placeholders = {n.name: i for i, n in enumerate(n for n in work.graph.nodes if n.op == "placeholder")}
@@ -343,7 +379,7 @@ class _Backend:
             from torch.fx.passes.infra.partitioner import Partition
 
             non_compute = set(NON_COMPUTE_OPS)
-            partitions = [Partition(id=k, nodes=nodes) for k, nodes in enumerate(_dist.regions(work, unsupported))
+            partitions = [Partition(id=k, nodes=nodes) for k, nodes in enumerate(_dist.regions(work, unsupported | reads))
                           if any(target_name(n.target) not in non_compute for n in nodes)]
         else:
             partitions = partitioner.propose_partitions()
@@ -365,17 +401,25 @@ class _Backend:
                         sub_static.add(i)
                         if placeholders[a.name] in buffers:
                             sub_buffers.add(i)
-            compiled = CompiledGraph(sub, f"{name}_part{compiled_parts}", sub_static, sub_buffers, self.opts)
-            if not compiled.can_run:
-                self._warn_cannot_run(compiled)
-                continue
-            setattr(fused, node.target, GraphModuleWrapper(compiled))
+            part = f"{name}_part{compiled_parts}"
+            if _has_symbolic_shapes(sub):
+                compiled = ShapeSpecialized(self, sub, part, sub_static, sub_buffers)
+            else:
+                compiled = CompiledGraph(sub, part, sub_static, sub_buffers, self.opts)
+                if not compiled.can_run:
+                    self._warn_cannot_run(compiled)
+                    continue
+            setattr(fused, node.target, GraphModuleWrapper(compiled, sub))
             compiled_parts += 1
         fused.recompile()
+        STATS["host_reads"] += len(reads)
         if job:
             STATS["job_regions"] += compiled_parts
-            if not unsupported:
-                return _eager(fused)
+        if not unsupported:
+            if reads:
+                log.info("tpuc: %s: %d number(s) read on the host (.item()); the graph runs as %d compiled part(s) "
+                         "around them", name, len(reads), compiled_parts)
+            return _eager(fused)
         STATS["fallback_graphs"] += 1
         STATS["eager_ops"] += len(unsupported)
         new = {(by.target_name, by.source) for by in _describe(gm, unsupported)} - _warned

@@ -193,10 +193,9 @@ class CompiledGraph:
                 arg_to_ph[slot.index] = ph
         args = self.program.args
         size_args = dict((ai, sym) for sym, ai in self.program.size_args)
-        for a in args:
-            if a.kind == _C.ArgKind.SymInt and bucket is None:
-                raise TpucError(f"tpuc: {name}: symbolic size argument `{a.name}`: graphs are compiled per shape",
-                                kind="dynamic_shape", graph=name)
+        # (A SymInt argument of a program without a bucket is a number the program reads as a
+        # value, such as a scalar read with `.item()` before it: every shape is static, or the
+        # program would not have compiled. Its value is passed per call.)
         self.arg_to_ph = arg_to_ph
         self.size_arg_set = set(size_args)
         self.weight_plan = [(arg_to_ph[ai], ai) for ai, a in enumerate(args) if a.is_weight]
@@ -241,6 +240,10 @@ class CompiledGraph:
                 raise TpucError(f"tpuc: {name}: output {k} is the symbolic size {slot.expr}: graphs are compiled per shape",
                                 kind="dynamic_shape", graph=name)
         self.out_plan = plan
+        # Outputs that are views of an input (`x[a:b]`, the parts of `tensor_split`) are returned
+        # as views of the argument, as eager returns them: aot_autograd rebuilds such an output
+        # from the compiled one's strides and storage offset, which a new result does not carry.
+        self.input_views = [] if bucket is not None else _input_views(gm, out_nodes, saved_from)
         # Statuses eager raises on (linalg's `info`): read after each run by torch's own check.
         self.checks = [(ri, _DTYPES[results[ri][0]], tuple(results[ri][1]), api, is_matrix)
                        for ri, api, is_matrix in self.program.checks]
@@ -311,6 +314,9 @@ class CompiledGraph:
         outs = self._outputs(self.program.run(self._user_inputs(args)), None)
         for k, ph in self.passthrough:
             outs[k] = args[ph]
+        for k, ph, size, stride, offset in self.input_views:
+            base = args[ph]
+            outs[k] = base.as_strided(size, stride, base.storage_offset() + offset)
         self.calls += 1
         self.call_ns += time.perf_counter_ns() - t0
         return outs
@@ -441,6 +447,29 @@ class CompiledGraph:
         return outs
 
 
+def _input_views(gm: torch.fx.GraphModule, out_nodes: list, saved_from: int | None) -> list:
+    """(output, placeholder, size, stride, storage offset from the placeholder's) for each
+    output (but saved activations) that views a tensor placeholder's memory, with a static
+    layout."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    bases = {}
+    for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        v = p.meta.get("val")
+        if isinstance(v, torch.Tensor) and type(v.storage_offset()) is int:
+            bases.setdefault(StorageWeakRef(v.untyped_storage()), (i, v.storage_offset()))
+    views = []
+    for k, o in enumerate(out_nodes):
+        v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        if not isinstance(v, torch.Tensor) or o.op == "placeholder" or (saved_from is not None and k >= saved_from):
+            continue
+        base = bases.get(StorageWeakRef(v.untyped_storage()))
+        layout = (*v.shape, *v.stride(), v.storage_offset())
+        if base is not None and all(type(d) is int for d in layout):
+            views.append((k, base[0], tuple(v.shape), tuple(v.stride()), v.storage_offset() - base[1]))
+    return views
+
+
 _SIZES: dict[int, torch.Tensor] = {}
 # The seed argument's place in a call plan.
 _SEED = object()
@@ -506,12 +535,14 @@ def _restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
 
 
 class GraphModuleWrapper(torch.nn.Module):
-    """A CompiledGraph as a submodule of a partitioned FX graph."""
+    """A compiled part (boxed: a CompiledGraph, or a ShapeSpecialized one) as the submodule
+    `gm` of a partitioned FX graph was."""
 
-    def __init__(self, compiled: CompiledGraph):
+    def __init__(self, compiled, gm: torch.fx.GraphModule):
         super().__init__()
         self.compiled = compiled
+        self.returns_sequence = isinstance(gm.graph.output_node().args[0], (list, tuple))
 
     def forward(self, *args):
         outs = self.compiled(list(args))
-        return tuple(outs) if self.compiled.returns_sequence else outs[0]
+        return tuple(outs) if self.returns_sequence else outs[0]

@@ -18,7 +18,8 @@ def stats() -> dict[str, int]:
     (per-shape compiles of symbolic graphs that could not be bucketed), `weight_uploads` (weights
     made resident: on the CPU plugin read in place from their tensors),
     `weight_shares` (weights another program had resident), `weight_copies` (weights a plugin
-    could not read in place, copied for one call), `fallback_graphs`, `eager_ops`; in a
+    could not read in place, copied for one call), `fallback_graphs`, `eager_ops`, `host_reads`
+    (numbers read on the host with `.item()`, where a graph is split); in a
     torch.distributed job `job_regions` (programs compiled between collectives) and
     `collective_blocked_ns` (host time spent issuing and waiting for collectives); `train_steps`
     (`tpuc.train_step` calls); and the process's host <-> device traffic: `h2d_bytes`,
