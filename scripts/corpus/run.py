@@ -20,6 +20,7 @@ import collections
 import concurrent.futures as cf
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -29,6 +30,15 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 PATHS = ("cli", "infer", "train")
 COUNTED = ("ok", "mismatch", "refused", "error", "crash", "timeout")
+
+
+def commit() -> str:
+    """The checkout's commit, recorded with each result (results of older code stay visible)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def run_family(family: str, paths: str, timeout: int) -> dict:
@@ -60,6 +70,15 @@ def run_family(family: str, paths: str, timeout: int) -> dict:
         for path in paths.split(","):
             got.setdefault(path, {"status": "timeout", "detail": f"over {timeout} s"})
     return {"family": family, "wall_s": round(time.perf_counter() - t0, 1), "paths": got}
+
+
+def wall_estimate(rs: dict[str, dict]) -> str:
+    """The run's wall time from its records: a run of the whole corpus is resumed across sittings,
+    so its time is the families' own times over the jobs that ran them side by side."""
+    own = sum(r.get("wall_s", 0.0) for r in rs.values())
+    jobs = max((r.get("jobs", 1) for r in rs.values()), default=1)
+    return (f"the families' own times add up to {own / 60:.0f} min, {own / 60 / jobs:.0f} min of wall time at "
+            f"{jobs} at a time on this machine")
 
 
 def load(results: str) -> dict[str, dict]:
@@ -129,7 +148,7 @@ def write_doc(rs: dict[str, dict], doc: str, wall: float | None, note: str = "")
         "",
         *([note, ""] if note else []),
         f"{len(rs)} of the corpus's {total} families" + (f"; the run took {wall / 60:.0f} min on this machine."
-                                                          if wall else "."),
+                                                          if wall else f"; {wall_estimate(rs)}."),
         "",
         "| path | counted | ok | mismatch | refused | error | crash | timeout | torch | pass |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -162,7 +181,9 @@ def main() -> int:
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--timeout", type=int, default=600, help="seconds per family")
-    ap.add_argument("--results", default=os.path.join(ROOT, "target", "corpus", "results.jsonl"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "coverage-results.jsonl"),
+                    help="the record, one line a family (kept in the tree: a run of the whole corpus spans "
+                         "several sittings and resumes from it)")
     ap.add_argument("--redo", action="store_true", help="run families already in --results again")
     ap.add_argument("--doc", help="write the coverage page (docs/coverage.md) from --results")
     ap.add_argument("--note", default="", help="with --doc: a paragraph to add under the header")
@@ -192,12 +213,18 @@ def main() -> int:
             for r in keep.values():
                 f.write(json.dumps(r) + "\n")
     todo = [f for f in fams if f not in done]
+    if not (a.only or a.sample):
+        # A whole-corpus run spans sittings: in a fixed shuffled order, the part done so far is
+        # a fair sample of the whole rather than its first letters.
+        random.Random(0).shuffle(todo)
     print(f"{len(fams)} families, {len(todo)} to run, {a.jobs} at a time", flush=True)
     t0 = time.perf_counter()
+    head = commit()
     with cf.ThreadPoolExecutor(a.jobs) as pool, open(a.results, "a") as out:
         futures = {pool.submit(run_family, f, a.paths, a.timeout): f for f in todo}
         for i, fut in enumerate(cf.as_completed(futures), 1):
             r = fut.result()
+            r.update(commit=head, jobs=a.jobs)
             out.write(json.dumps(r) + "\n")
             out.flush()
             marks = " ".join(f"{p}={r['paths'][p]['status']}" for p in a.paths.split(",") if p in r["paths"])
