@@ -89,7 +89,8 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
 
 
 # Ops outside core ATen that torch's own decomposition table writes in ops tpuc lowers (checked
-# by the OpInfo suite, tests/opinfo).
+# by the OpInfo suite, tests/opinfo). grid_sampler_2d is core ATen and the front end lowers it
+# (bilinear and nearest; the CLI takes it so): torch's decomposition is kept for bicubic.
 FROM_TORCH = (
     aten._batch_norm_with_update_functional.default,
     aten.adaptive_max_pool3d.default,

@@ -1,7 +1,8 @@
 """Ops that training graphs (and a few exports) reach and that tpuc lowers itself, equal to eager:
 the transposed convolution's backward (UNet decoders), masked_scatter and its backward
 (LLaVA-style image placeholders), adaptive average pooling's backward to sizes that do not
-divide the input, embedding_bag (nn.EmbeddingBag) forward and backward, and random ops called
+divide the input, grid sampling (2-D and 3-D) and its backward (deformable attention, spatial
+transformers), embedding_bag (nn.EmbeddingBag) forward and backward, and random ops called
 with `generator=None` (a vocoder drawing its own noise). Training runs through
 `torch.compile(backend="tpuc", options={"strict": True})`: the loss and every gradient against
 eager's; inference also through the CLI on a core-ATen export."""
@@ -12,6 +13,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from cli_check import assert_cli_matches_eager
 
 import tpuc
@@ -180,6 +182,61 @@ def test_adaptive_avg_pool3d_trains_like_eager():
 def test_adaptive_avg_pool2d_runs_in_the_cli(tmp_path):
     torch.manual_seed(0)
     assert_cli_matches_eager(Pooled((2, 5)), torch.randn(2, 3, 9, 11), tmp_path, tol=1e-5)
+
+
+# ----------------------------------------------------------------- grid sampling
+
+
+class Sampled(nn.Module):
+    """Features sampled at a grid, as deformable attention and spatial transformers do: the
+    gradient reaches the features (an add-scatter) and the grid (the weights' slopes)."""
+
+    def __init__(self, mode, padding, align_corners, dims=2):
+        super().__init__()
+        self.conv = (nn.Conv2d if dims == 2 else nn.Conv3d)(3, 4, 3, padding=1)
+        self.how = dict(mode=mode, padding_mode=padding, align_corners=align_corners)
+
+    def forward(self, x, grid):
+        return F.grid_sample(self.conv(x), grid, **self.how)
+
+
+GRID_CASES = [(m, p, a) for m in ("bilinear", "nearest") for p in ("zeros", "border", "reflection")
+              for a in (False, True)]
+
+
+def _grid(*shape):
+    # Points inside and beyond [-1, 1], so that every padding mode folds or clips some.
+    return torch.rand(*shape) * 2.6 - 1.3
+
+
+@pytest.mark.parametrize("mode,padding,align_corners", GRID_CASES, ids=lambda v: str(v))
+def test_grid_sample_2d_trains_like_eager(mode, padding, align_corners):
+    torch.manual_seed(0)
+    assert_training_matches_eager(Sampled(mode, padding, align_corners), [torch.randn(2, 3, 5, 7), _grid(2, 4, 6, 2)],
+                                  f"grid_sample 2-D {mode} {padding} align_corners={align_corners}")
+
+
+@pytest.mark.parametrize("mode,padding,align_corners", [("bilinear", "zeros", False), ("bilinear", "reflection", True),
+                                                        ("nearest", "border", False)], ids=lambda v: str(v))
+def test_grid_sample_3d_trains_like_eager(mode, padding, align_corners):
+    torch.manual_seed(0)
+    assert_training_matches_eager(Sampled(mode, padding, align_corners, dims=3),
+                                  [torch.randn(1, 3, 4, 5, 3), _grid(1, 2, 3, 4, 3)],
+                                  f"grid_sample 3-D {mode} {padding} align_corners={align_corners}")
+
+
+@pytest.mark.parametrize("mode,padding,align_corners", GRID_CASES, ids=lambda v: str(v))
+def test_grid_sample_2d_runs_in_the_cli(mode, padding, align_corners, tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(Sampled(mode, padding, align_corners), (torch.randn(2, 3, 5, 7), _grid(2, 4, 6, 2)),
+                             tmp_path, tol=1e-5)
+
+
+def test_bicubic_grid_sample_is_refused_in_the_cli_by_name(tmp_path):
+    torch.manual_seed(0)
+    with pytest.raises(AssertionError, match="grid_sampler_2d supports bilinear"):
+        assert_cli_matches_eager(Sampled("bicubic", "zeros", False), (torch.randn(1, 3, 5, 7), _grid(1, 4, 6, 2)),
+                                 tmp_path)
 
 
 # ----------------------------------------------------------------- embedding_bag

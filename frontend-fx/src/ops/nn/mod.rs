@@ -2,7 +2,8 @@
 //!
 //! The registry table of the family; the lowerings are in submodules by topic: `conv`,
 //! `norm`, `pool`, `attention`, `embedding` (embedding, dropout, the NLL loss),
-//! `embedding_bag`, `upsample` and `grid_sample` (grid_sampler_3d).
+//! `embedding_bag`, `upsample` and `grid_sample` (grid samplers, 2-D and 3-D, and their
+//! backwards).
 
 mod attention;
 mod conv;
@@ -104,7 +105,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("upsample_trilinear3d_backward.default", upsample_interp_backward),
     ("_upsample_bilinear2d_aa_backward.default", upsample_interp_backward),
     ("_upsample_bicubic2d_aa_backward.default", upsample_interp_backward),
+    ("grid_sampler_2d.default", grid_sampler_2d),
     ("grid_sampler_3d.default", grid_sampler_3d),
+    ("grid_sampler_2d_backward.default", grid_sampler_2d_backward),
+    ("grid_sampler_3d_backward.default", grid_sampler_3d_backward),
     ("convolution_backward.default", convolution_backward),
     ("max_pool2d_with_indices_backward.default", max_pool_backward),
     ("max_pool3d_with_indices_backward.default", max_pool_backward),
