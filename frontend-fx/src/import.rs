@@ -188,7 +188,7 @@ pub(crate) fn import_program(
     let (fi, block) = module.add_func("main", sig.args);
     let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
     let uses = used_names(prog);
-    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default() };
+    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default() };
     lower_nodes(&mut module, block, g, &rename, &mut st)?;
     let (mut results, mut result_infos, outputs) = read_outputs(prog, &st)?;
     append_checks(&st, &mut results, &mut result_infos);
@@ -564,7 +564,7 @@ fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<Value
                 let v = match st.env.get(&n) {
                     Some(Val::Tensor(v)) => *v,
                     Some(Val::Sym(e)) => {
-                        outputs.push(OutputSlot::Sym(e.clone()));
+                        outputs.push(sym_output(st, e, &n, &mut results, &mut result_infos));
                         continue;
                     }
                     _ => return Err(ImportError::Signature(format!("output `{n}` is not a computed tensor"))),
@@ -587,7 +587,7 @@ fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<Value
                 };
                 outputs.push(match e.as_const() {
                     Some(c) => OutputSlot::Const(ConstValue::Int(c)),
-                    None => OutputSlot::Sym(e),
+                    None => sym_output(st, &e, &e.to_string(), &mut results, &mut result_infos),
                 });
             }
             other => match const_value(&other) {
@@ -597,6 +597,20 @@ fn read_outputs(prog: &ExportedProgram<'_>, st: &State<'_>) -> Result<(Vec<Value
         }
     }
     Ok((results, result_infos, outputs))
+}
+
+/// A SymInt output: a data-dependent symbol is the count the program computed for it (a 0-d
+/// i64 result), anything else a size expression of the inputs the caller evaluates.
+fn sym_output(st: &State<'_>, e: &SymExpr, name: &str, results: &mut Vec<ValueId>, infos: &mut Vec<ResultInfo>) -> OutputSlot {
+    match e.as_symbol().and_then(|s| st.bound.borrow().get(s).copied()) {
+        Some(count) => {
+            let slot = OutputSlot::Result(results.len());
+            results.push(count);
+            infos.push(ResultInfo::new(ResultKind::UserOutput, name.to_string()));
+            slot
+        }
+        None => OutputSlot::Sym(e.clone()),
+    }
 }
 
 /// Step 8: the statuses the caller checks after the run (see `ops::effects`), as results of

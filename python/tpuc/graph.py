@@ -214,7 +214,9 @@ class CompiledGraph:
         results = self.program.results
         plan = []
         for k, slot in enumerate(self.program.output_slots):
-            if isinstance(slot, _C.Output.Result):
+            if isinstance(slot, _C.Output.Result) and isinstance(_val(out_nodes[k]), torch.SymInt):
+                plan.append(("int", slot.index))  # a data-dependent size the program counted
+            elif isinstance(slot, _C.Output.Result):
                 dt, dims, nbytes = results[slot.index]
                 stride = None
                 v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
@@ -351,6 +353,8 @@ class CompiledGraph:
                 outs.append(sizes[p[1]])
             elif ri == "expr":
                 outs.append(self.program.sym_output(p[1], sizes))
+            elif ri == "int":
+                outs.append(int(_tensor_of(results[p[1]][0], torch.int64, (), 1)))
             else:
                 buf, dims = results[ri]
                 n = math.prod(dims)
@@ -436,6 +440,9 @@ class CompiledGraph:
             if ri == "size":
                 outs.append(sizes[p[1]])
                 continue
+            if ri == "int":
+                outs.append(int(_tensor_of(bufs[p[1]], torch.int64, ())))
+                continue
             _, dtype, shape, nbytes, stride = p
             if nbytes == 0:
                 t = torch.empty(shape, dtype=dtype)
@@ -487,6 +494,11 @@ def _contiguous_strides(shape: tuple) -> tuple:
         strides.append(acc)
         acc *= max(n, 1)
     return tuple(reversed(strides))
+
+
+def _val(node):
+    """The value torch recorded for an output node (None for a constant output)."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def _tensor_of(buf, dtype: torch.dtype, shape: tuple, count: int = -1) -> torch.Tensor:

@@ -303,10 +303,14 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
                 let vr = if vd.len() > trailing.len() { cx.reshape(values, vd[1..].to_vec())? } else { values };
                 cx.broadcast_to(vr, &shape)?
             } else {
-                let Some(count) = vd[0].as_static() else {
-                    return err("index_put with a boolean mask: the values need a static number of rows");
-                };
-                let rows: Vec<Dim> = [Dim::Static(count)].into_iter().chain(trailing.iter().cloned()).collect();
+                // One row per true element: torch checks that the counts agree, so no rows
+                // means no trues. The rows may be a data-dependent count (`x[m] = f(y[m])`, a
+                // buffer whose first u0 rows are valid): the running count of trues numbers
+                // valid rows only, and the gather clamps the rest, which the select drops.
+                if vd[0].as_static() == Some(0) {
+                    return one(x);
+                }
+                let rows: Vec<Dim> = [vd[0].clone()].into_iter().chain(trailing.iter().cloned()).collect();
                 let v2 = cx.broadcast_to(values, &rows)?;
                 let p = cx.ty(*m).num_elements_expr();
                 let mflat = cx.reshape(*m, vec![Dim::from_expr(p)])?;
@@ -314,9 +318,11 @@ fn index_put(cx: &mut Ctx) -> R<Vec<Val>> {
                 let run = scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
                 let row = cx.bin_c(O::Sub, run, 1.0)?;
                 let lo = cx.full_like(Scalar::Int(0), row)?;
-                let hi = cx.full_like(Scalar::Int((count - 1).max(0)), row)?;
-                let row = cx.bin(O::Max, row, lo)?;
-                let row = cx.bin(O::Min, row, hi)?;
+                let mut row = cx.bin(O::Max, row, lo)?;
+                if let Some(count) = vd[0].as_static() {
+                    let hi = cx.full_like(Scalar::Int(count - 1), row)?;
+                    row = cx.bin(O::Min, row, hi)?;
+                }
                 let g = take_along(cx, v2, 0, row)?;
                 cx.reshape(g, shape.clone())?
             };

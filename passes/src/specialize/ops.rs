@@ -92,18 +92,32 @@ impl Sp<'_> {
         if !lays[0][dim].is_exact() {
             return Err(self.fail(format!("a data-dependent size over {}", self.padded_dim_note(d.operands()[0], dim))));
         }
-        let have = self.shape(ins[0])[dim];
+        let shape = self.shape(ins[0]);
+        let have = shape[dim];
         let bucket = self.sizes.get(&sym).copied().unwrap_or(have);
-        if bucket != have {
-            return Err(self.fail(format!("the data-dependent size `{sym}` is padded to {have} here, not to its bucket {bucket}")));
+        // A size already bucketed (an input symbol: a backward graph recomputing `x[m]` of the
+        // `u0` its forward counted) may differ from this buffer's rows. The valid rows are a
+        // prefix no longer than either, so the buffer is cut or zero-padded to the bucket.
+        let mut v = ins[0];
+        if bucket < have {
+            let mut limit = shape.clone();
+            limit[dim] = bucket;
+            v = self.b().slice(v, &vec![0; shape.len()], &limit, &vec![1; shape.len()]).map_err(|e| self.ir(e))?;
+        } else if bucket > have {
+            let dt = self.new.values[v].ty.dtype;
+            let zero = self.b().splat(tpuc_ir::Scalar::Int(0), tpuc_ir::TensorType::from_static(dt, &[])).map_err(|e| self.ir(e))?;
+            let mut high = vec![0; shape.len()];
+            high[dim] = bucket - have;
+            v = self.b().pad(v, zero, &vec![0; shape.len()], &high, &vec![0; shape.len()]).map_err(|e| self.ir(e))?;
         }
-        // (Several results may share one size: `unique`'s values and counts.)
-        if self.size_val.insert(sym.clone(), ins[1]).is_some_and(|prev| prev != ins[1]) {
-            return Err(self.fail(format!("the data-dependent size `{sym}` is defined twice")));
-        }
+        let have = bucket;
+        // Several results may share one size: `unique`'s values and counts, or `x[m]` and
+        // `y[m]` of one mask, whose counts are equal but computed twice where no CSE ran
+        // first. One symbol is one size to torch, so its first count stands for all.
+        self.size_val.entry(sym.clone()).or_insert(ins[1]);
         let mut layout = lays[0].clone();
         layout[dim] = super::prefix(have, e);
-        self.vmap.insert(r, ins[0]);
+        self.vmap.insert(r, v);
         self.lay.insert(r, layout);
         Ok(())
     }

@@ -130,6 +130,10 @@ pub struct State<'p> {
     /// Statuses the caller checks after the run, in graph order: the value and the API eager
     /// names in its error (see `ops::effects`).
     pub checks: std::cell::RefCell<Vec<(ValueId, String)>>,
+    /// Data-dependent symbol (module name) → the count its `bind_size` bound to it (see
+    /// `sizes::bind_dim`): its run-time value for later uses as data, and for an output that
+    /// is the bare symbol (a forward graph saving `u0` for its backward).
+    pub bound: std::cell::RefCell<HashMap<String, ValueId>>,
 }
 
 /// One flattened output slot of a node.
@@ -493,7 +497,8 @@ impl<'a, 'm> Ctx<'a, 'm> {
             return Ok(Some(v));
         }
         let args = &self.st.sym_args;
-        Ok(self.b.sym_value(e, &mut |s| args.get(&SymExpr::symbol(s)).copied())?)
+        let bound = self.st.bound.borrow();
+        Ok(self.b.sym_value(e, &mut |s| args.get(&SymExpr::symbol(s)).copied().or_else(|| bound.get(s).copied()))?)
     }
 
     // ---------------------------------------------------------------- outputs

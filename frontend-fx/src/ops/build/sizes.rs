@@ -36,6 +36,9 @@ pub fn bind_dim(cx: &mut Ctx, v: ValueId, dim: usize, count: ValueId, out: usize
             return err(format!("{what}: the result's size {} is not one data-dependent symbol", other.map_or("?".into(), |d| d.to_string())))
         }
     }
+    if let Some(sym) = match &ty.dims[dim] { Dim::Sym(e) => e.as_symbol(), _ => None } {
+        cx.st.bound.borrow_mut().entry(sym.to_string()).or_insert(count);
+    }
     let attrs = Attrs::new().with("dimension", Attr::Int(dim as i64));
     Ok(cx.b.build1(Opcode::BindSize, &[v, count], attrs, Some(ty))?)
 }

@@ -54,12 +54,15 @@ pub(super) fn pixel_unshuffle(cx: &mut Ctx) -> R<Vec<Val>> {
 
 /// The flat positions an `as_strided(size, stride, storage_offset)` view of the node's
 /// `self` reads, in the view's row-major order, with the input's element count. torch's
-/// strides refer to the input's storage: only defined here when the input is contiguous (its
-/// recorded strides are row-major) and starts its storage.
+/// strides refer to the input's storage, which the input's recorded strides describe: defined
+/// here when the input starts its storage and fills it densely, in row-major order or in any
+/// order of its dims (a transposed tensor viewed again, as Longformer's overlapping chunks
+/// are); its storage position s is then its element `storage[s]` in row-major order.
 fn strided_positions(cx: &Ctx, x: ValueId, size: &[i64], stride: &[i64], offset: i64) -> R<(i64, Vec<i64>)> {
     if size.len() != stride.len() {
         return err("as_strided: size and stride differ in length");
     }
+    let mut storage: Option<Vec<i64>> = None;
     if let Some(Arg::Tensor(name)) = cx.get("self")? {
         if let Some(meta) = cx.st.metas.get(&name) {
             let sizes: Vec<i64> = meta.sizes.iter().filter_map(|s| s.as_int()).collect();
@@ -68,8 +71,17 @@ fn strided_positions(cx: &Ctx, x: ValueId, size: &[i64], stride: &[i64], offset:
             let contiguous = sizes.len() == strides.len()
                 && sizes.iter().zip(strides.iter().zip(&want)).all(|(&n, (&s, &w))| n <= 1 || s == w);
             let off = meta.storage_offset.as_ref().and_then(|o| o.as_int()).unwrap_or(0);
-            if !contiguous || off != 0 {
-                return err("as_strided of a non-contiguous or offset input is not supported");
+            if off != 0 {
+                return err("as_strided of an input that does not start its storage (a storage offset) is not supported");
+            }
+            if !contiguous {
+                let dense = sizes.len() == strides.len() && dense_permuted(&sizes, &strides);
+                if !dense {
+                    return err(format!(
+                        "as_strided of an input whose storage has gaps or overlaps (sizes {sizes:?}, strides {strides:?}) is not supported"
+                    ));
+                }
+                storage = Some(storage_order(&sizes, &strides)?);
             }
         }
     }
@@ -92,7 +104,7 @@ fn strided_positions(cx: &Ctx, x: ValueId, size: &[i64], stride: &[i64], offset:
         if flat < 0 || flat >= n {
             return err(format!("as_strided reaches element {flat} of a tensor with {n}"));
         }
-        idx.push(flat);
+        idx.push(storage.as_ref().map_or(flat, |st| st[flat as usize]));
         for d in (0..size.len()).rev() {
             pos[d] += 1;
             if pos[d] < size[d] {
@@ -104,7 +116,47 @@ fn strided_positions(cx: &Ctx, x: ValueId, size: &[i64], stride: &[i64], offset:
     Ok((n, idx))
 }
 
-/// `as_strided` of a tensor whose storage is its contiguous row-major layout: a gather of the
+/// Whether `strides` lay `sizes` out densely: some order of the dims (size-1 dims aside) is
+/// row-major over exactly the elements.
+fn dense_permuted(sizes: &[i64], strides: &[i64]) -> bool {
+    let mut dims: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] > 1).collect();
+    dims.sort_by_key(|&d| std::cmp::Reverse(strides[d]));
+    let mut expect = 1i64;
+    for &d in dims.iter().rev() {
+        if strides[d] != expect {
+            return false;
+        }
+        match expect.checked_mul(sizes[d]) {
+            Some(e) => expect = e,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// For a dense layout: the row-major position of the element at each storage position.
+fn storage_order(sizes: &[i64], strides: &[i64]) -> R<Vec<i64>> {
+    let n: i64 = sizes.iter().product();
+    if n > MAX_TABLE {
+        return err("as_strided input too large");
+    }
+    let mut order = vec![0i64; n as usize];
+    let mut pos = vec![0i64; sizes.len()];
+    for logical in 0..n {
+        let s: i64 = pos.iter().zip(strides).map(|(p, st)| p * st).sum();
+        order[s as usize] = logical;
+        for d in (0..sizes.len()).rev() {
+            pos[d] += 1;
+            if pos[d] < sizes[d] {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+    Ok(order)
+}
+
+/// `as_strided` of a tensor whose storage its recorded strides lay out densely: a gather of the
 /// flat elements at the strided positions.
 pub(super) fn as_strided(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;

@@ -1,0 +1,98 @@
+"""Patterns the model corpus (scripts/corpus) found in real models, each reduced to a few lines
+and checked against eager: through `torch.compile(backend="tpuc")` strictly (inference, and a
+training step's loss and gradients) and, where torch.export takes it, through the CLI.
+
+- VITS's spline flow writes the rows a mask selects with values computed from rows the same
+  mask selects (`out[m] = f(x[m], w[m, :])`): a data-dependent number of rows, one symbol
+  bound by several results.
+- Longformer's overlapping chunks are an `as_strided` view of a transposed tensor whose
+  strides refer to the storage, not to the tensor's row-major order.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+from cli_check import assert_cli_matches_eager
+from test_backward_ops import assert_training_matches_eager
+
+import tpuc
+
+STRICT = {"strict": True}
+
+
+class MaskedRows(nn.Module):
+    """VITS's `_unconstrained_rational_quadratic_spline`, reduced: identity outside the
+    interval, a function of the selected rows inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4 * 5)
+
+    def forward(self, x):
+        w = self.proj(x).reshape(*x.shape, 5)
+        inside = (x >= -1) & (x <= 1)
+        out = torch.zeros_like(x)
+        out[~inside] = x[~inside]
+        out[inside] = x[inside].tanh() * w[inside, :].softmax(-1)[:, 0]
+        return out
+
+
+@pytest.mark.parametrize("scale", [1.5, 0.5], ids=["mixed", "all-inside"])
+def test_masked_rows_infer_like_eager(scale):
+    torch.manual_seed(0)
+    m = MaskedRows().eval()
+    x = torch.randn(2, 3, 4) * scale
+    with torch.no_grad():
+        want = m(x)
+        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_masked_rows_train_like_eager():
+    torch.manual_seed(0)
+    assert_training_matches_eager(MaskedRows(), [torch.randn(2, 3, 4) * 1.5], "masked rows")
+
+
+@pytest.mark.parametrize("scale", [1.5, 0.5], ids=["mixed", "all-inside"])
+def test_masked_rows_run_in_the_cli(scale, tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(MaskedRows(), torch.randn(2, 3, 4) * scale, tmp_path, tol=1e-5)
+
+
+class OverlappingChunks(nn.Module):
+    """Longformer's `_chunk`: [batch·heads, seq, dim] (a transposed tensor) viewed as chunks of
+    2w rows, then `as_strided` into chunks overlapping by w."""
+
+    def __init__(self, w=2):
+        super().__init__()
+        self.w = w
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):  # x: [seq, batch, 8]
+        seq, batch, _ = x.shape
+        h = self.q(x).view(seq, batch * 2, 4).transpose(0, 1)  # [batch·heads, seq, 4], not contiguous
+        h = h.view(h.size(0), seq // (2 * self.w), 2 * self.w, 4)
+        size = list(h.size())
+        size[1] = size[1] * 2 - 1
+        stride = list(h.stride())
+        stride[1] = stride[1] // 2
+        chunks = h.as_strided(size=size, stride=stride)
+        return chunks.pow(2).sum(-1)
+
+
+def test_overlapping_chunks_infer_like_eager():
+    torch.manual_seed(0)
+    m = OverlappingChunks().eval()
+    x = torch.randn(8, 2, 8)
+    with torch.no_grad():
+        want = m(x)
+        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert tpuc.stats().get("fallback_graphs", 0) == 0
+
+
+def test_overlapping_chunks_train_like_eager():
+    torch.manual_seed(0)
+    assert_training_matches_eager(OverlappingChunks(), [torch.randn(8, 2, 8)], "overlapping chunks")
