@@ -188,7 +188,7 @@ pub(crate) fn import_program(
     let (fi, block) = module.add_func("main", sig.args);
     let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
     let uses = used_names(prog);
-    let mut st = State { env, metas: &g.tensor_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default() };
+    let mut st = State { env, metas: &g.tensor_values, sym_ints: &g.sym_int_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default() };
     lower_nodes(&mut module, block, g, &rename, &mut st)?;
     let (mut results, mut result_infos, outputs) = read_outputs(prog, &st)?;
     append_checks(&st, &mut results, &mut result_infos);
@@ -199,6 +199,7 @@ pub(crate) fn import_program(
     if let Some(f) = module.funcs.get_mut(fi) {
         f.results = result_infos;
     }
+    drop_unused_symbols(&mut module, &sig.sym_inputs, &outputs);
     if let Err(errs) = tpuc_ir::verify(&module) {
         return Err(ImportError::Verify(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")));
     }
@@ -206,6 +207,29 @@ pub(crate) fn import_program(
     let has_weight_data = payloads.is_some();
     let (inputs, sym_inputs) = (sig.inputs, sig.sym_inputs);
     Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
+}
+
+/// Step 9: the symbols no type, SymInt input or output speaks of leave the module: torch
+/// records a range for every symbol, also for a number read from a tensor that only feeds
+/// run-time assertions (`torch._check_tensor_all`), which no input gives a size.
+fn drop_unused_symbols(module: &mut Module, sym_inputs: &[(usize, SymExpr)], outputs: &[OutputSlot]) {
+    let mut used: HashSet<String> = HashSet::new();
+    for (_, v) in module.values.iter() {
+        for d in &v.ty.dims {
+            if let tpuc_ir::Dim::Sym(e) = d {
+                used.extend(e.symbols().into_iter().map(|s| s.to_string()));
+            }
+        }
+    }
+    for (_, e) in sym_inputs {
+        used.extend(e.symbols().into_iter().map(|s| s.to_string()));
+    }
+    for o in outputs {
+        if let OutputSlot::Sym(e) = o {
+            used.extend(e.symbols().into_iter().map(|s| s.to_string()));
+        }
+    }
+    module.symbols.retain(|s| used.contains(&*s.name));
 }
 
 /// Step 1: the program's symbols, renamed to the user's dim names where given (else kept when

@@ -222,6 +222,7 @@ torch.sym_min\ta:number b:number\tint
 torch.sym_float\ta:number\tint
 torch.sym_int\ta:number\tint
 torch.sym_not\ta:number\tint
+torch.sym_ite\tb:number t:number f:number\tint
 math.ceil\ta:number\tint
 math.floor\ta:number\tint
 math.trunc\ta:number\tint

@@ -311,6 +311,11 @@ impl SymbolTable {
         self.symbols.iter().find(|s| &*s.name == name)
     }
 
+    /// Keeps the symbols `keep` accepts, in their order.
+    pub fn retain(&mut self, keep: impl Fn(&Symbol) -> bool) {
+        self.symbols.retain(|s| keep(s));
+    }
+
     pub fn iter(&self) -> std::slice::Iter<'_, Symbol> {
         self.symbols.iter()
     }

@@ -7,6 +7,9 @@ training step's loss and gradients) and, where torch.export takes it, through th
   bound by several results.
 - Longformer's overlapping chunks are an `as_strided` view of a transposed tensor whose
   strides refer to the storage, not to the tensor's row-major order.
+- Checks a model makes on its data (`torch._check_tensor_all`, as transformers' VITS checks its
+  spline's discriminant) export as `_is_all_true`, a number read from it and assertions on
+  that number: the CLI takes them (it does not evaluate the assertions).
 """
 
 import copy
@@ -96,3 +99,19 @@ def test_overlapping_chunks_infer_like_eager():
 def test_overlapping_chunks_train_like_eager():
     torch.manual_seed(0)
     assert_training_matches_eager(OverlappingChunks(), [torch.randn(8, 2, 8)], "overlapping chunks")
+
+
+class CheckedData(nn.Module):
+    def forward(self, x):
+        d = x.pow(2) + 1
+        torch._check_tensor_all(d > 0)
+        return d.sqrt() * x
+
+
+def test_checks_on_data_run_in_the_cli(tmp_path):
+    torch.manual_seed(0)
+    m = CheckedData()
+    ep = torch.export.export(m, (torch.randn(3, 4),)).run_decompositions()
+    targets = {str(n.target) for n in ep.graph.nodes}
+    assert "aten._is_all_true.default" in targets and "aten._local_scalar_dense.default" in targets, targets
+    assert_cli_matches_eager(m, torch.randn(3, 4), tmp_path, tol=1e-6)

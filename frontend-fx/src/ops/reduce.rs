@@ -32,6 +32,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("any.dim", any),
     ("any.dims", any),
     ("all.default", all),
+    ("_is_all_true.default", is_all_true),
+    ("_is_any_true.default", is_any_true),
     ("all.dim", all),
     ("all.dims", all),
     ("var.default", var),
@@ -269,6 +271,15 @@ fn any(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn all(cx: &mut Ctx) -> R<Vec<Val>> {
     any_all(cx, ReduceKind::And)
+}
+
+/// `_is_all_true` / `_is_any_true`: `all` / `any` of a boolean tensor (what `torch._check`
+/// and the export's assertions on tensors read).
+fn is_all_true(cx: &mut Ctx) -> R<Vec<Val>> {
+    any_all(cx, ReduceKind::And)
+}
+fn is_any_true(cx: &mut Ctx) -> R<Vec<Val>> {
+    any_all(cx, ReduceKind::Or)
 }
 
 /// The correction of var/std: `correction` (default 1) or `unbiased` (default true).

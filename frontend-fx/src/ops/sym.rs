@@ -1,6 +1,13 @@
 //! SymInt nodes: `sym_size` and friends and Python-operator arithmetic on sizes. Their values
 //! are tracked at compile time as [`SymExpr`]s (never as tensors); comparisons give SymBools,
 //! known when both sides are constants (they only feed run-time assertions).
+//!
+//! A number read from a tensor (`_local_scalar_dense`, `.item()` in the model) is the symbol
+//! torch recorded for it, its run-time value the tensor's element: uses as data compute with
+//! it. A read boolean, and `sym_ite` on one, are unknown at compile time; in exported graphs
+//! they feed the run-time assertions of checks the model makes on its data (VITS's spline
+//! domain, LLaVA's image-placeholder count), which tpuc does not evaluate. Anything else that
+//! needs their value fails naming the node. A float read is refused.
 
 use crate::ops::build::*;
 
@@ -36,6 +43,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("math.ceil", ceil),
     ("math.floor", floor),
     ("math.trunc", trunc),
+    ("_local_scalar_dense.default", local_scalar_dense),
+    ("torch.sym_ite", sym_ite),
 ];
 
 /// A Python scalar operand of a sym node.
@@ -348,4 +357,65 @@ fn floor(cx: &mut Ctx) -> R<Vec<Val>> {
 }
 fn trunc(cx: &mut Ctx) -> R<Vec<Val>> {
     round_with(cx, f64::trunc)
+}
+
+/// `_local_scalar_dense(t)`: the one element of `t` as the node's SymInt (bound to its
+/// run-time value when torch recorded a bare symbol), or an unknown SymBool.
+fn local_scalar_dense(cx: &mut Ctx) -> R<Vec<Val>> {
+    let x = cx.t("self")?;
+    if cx.ty(x).num_elements() != Some(1) {
+        return err(format!("_local_scalar_dense of {}, not one element", cx.ty(x)));
+    }
+    let name = cx.outs.first().and_then(OutSlot::name).unwrap_or_default().to_string();
+    let dt = cx.dtype(x);
+    let Some(v) = cx.st.sym_ints.get(&name) else {
+        if dt.is_bool() {
+            return Ok(vec![Val::Bool(None)]);
+        }
+        return err(format!(
+            "a tensor of {dt} read as a Python number (`.item()`) is not supported in an exported graph; \
+             under torch.compile the graph splits there"
+        ));
+    };
+    let e = crate::meta::parse_symint(v, &cx.st.rename).map_err(|e| OpError::Refused(e.to_string()))?;
+    if let Some(s) = e.as_symbol() {
+        if sizes_a_tensor(cx, s) {
+            return err(format!(
+                "the number read here (`.item()`, the symbol `{s}`) sizes a tensor: an exported graph cannot be \
+                 compiled ahead of that number; under torch.compile the graph splits at the read"
+            ));
+        }
+        let flat = cx.reshape(x, vec![])?;
+        let value = cx.convert(flat, DType::I64)?;
+        cx.st.bound.borrow_mut().entry(s.to_string()).or_insert(value);
+    }
+    Ok(vec![Val::Sym(e)])
+}
+
+/// `torch.sym_ite(b, t, f)`: `t` or `f` for a known `b`; for an unknown one, a symbol of the
+/// node's own name, which nothing binds (see the module header).
+fn sym_ite(cx: &mut Ctx) -> R<Vec<Val>> {
+    let b = sv(cx, "b")?;
+    let t = sv(cx, "t")?;
+    let f = sv(cx, "f")?;
+    match b {
+        SV::Bool(Some(c)) => out(if c { t } else { f }),
+        SV::Bool(None) => {
+            let name = cx.outs.first().and_then(OutSlot::name).unwrap_or("sym_ite").to_string();
+            out(SV::Int(SymExpr::symbol(name.as_str())))
+        }
+        _ => err("sym_ite needs a SymBool condition"),
+    }
+}
+
+/// Whether module symbol `s` is a dim of some tensor torch recorded.
+fn sizes_a_tensor(cx: &Ctx, s: &str) -> bool {
+    cx.st.metas.values().any(|m| {
+        m.sizes.iter().any(|d| match d {
+            schema::SymIntJson::Expr(x) => {
+                crate::meta::parse_expr(&x.expr_str, &cx.st.rename).is_ok_and(|e| e.symbols().iter().any(|t| &**t == s))
+            }
+            schema::SymIntJson::Int(_) => false,
+        })
+    })
 }

@@ -119,6 +119,8 @@ pub enum Operand {
 pub struct State<'p> {
     pub env: schema::FastMap<String, Val>,
     pub metas: &'p schema::FastMap<String, schema::TensorMeta>,
+    /// The graph's `sym_int_values`: the expression torch recorded for each SymInt node output.
+    pub sym_ints: &'p HashMap<String, serde_json::Value>,
     pub uses: schema::FastSet<String>,
     /// Size expression → the SymInt argument carrying its value at run time (a symbol, or an
     /// expression such as `48*s0` that aot_autograd hands a backward graph).
