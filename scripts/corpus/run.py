@@ -143,8 +143,9 @@ def write_doc(rs: dict[str, dict], doc: str, wall: float | None, note: str = "")
         "`torch.compile` (`train`). `torch` counts the failures before tpuc (eager, export, or inputs the",
         "harness cannot make): listed, not counted. A difference beyond the fixed tolerance passes when tpuc",
         "is no further from a float64 run than twice eager float32's own distance from it, the largest of",
-        "eager as it is and with its weights moved by one ulp (three draws); without a float64 run, when tpuc",
-        "is no further from eager than twice what those one-ulp moves change in eager.",
+        "eager as it is and with its weights moved by one ulp (eight draws); without a float64 run, when tpuc",
+        "is no further from eager than twice what those one-ulp moves change in eager. A model whose traced",
+        "program differs from eager when torch runs it (and tpuc equals that) counts as `torch`.",
         "",
         *([note, ""] if note else []),
         f"{len(rs)} of the corpus's {total} families" + (f"; the run took {wall / 60:.0f} min on this machine."
