@@ -381,8 +381,9 @@ fn local_scalar_dense(cx: &mut Ctx) -> R<Vec<Val>> {
     if let Some(s) = e.as_symbol() {
         if sizes_a_tensor(cx, s) {
             return err(format!(
-                "the number read here (`.item()`, the symbol `{s}`) sizes a tensor: an exported graph cannot be \
-                 compiled ahead of that number; under torch.compile the graph splits at the read"
+                "the number read here (`.item()`, the symbol `{s}`) sizes a tensor, which is not supported in an \
+                 exported graph (it cannot be compiled ahead of that number); under torch.compile the graph splits \
+                 at the read"
             ));
         }
         let flat = cx.reshape(x, vec![])?;
