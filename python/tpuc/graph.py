@@ -219,7 +219,7 @@ class CompiledGraph:
             elif isinstance(slot, _C.Output.Result):
                 dt, dims, nbytes = results[slot.index]
                 stride = None
-                v = out_nodes[k].meta.get("val") if isinstance(out_nodes[k], torch.fx.Node) else None
+                v = _val(out_nodes[k])
                 # (Not for a bucketed graph: int() of a symbolic stride would specialize its
                 # symbols in the shape environment; bucketed results come back contiguous.)
                 # Saved activations stay dense: the backward reads them as values, and where it
