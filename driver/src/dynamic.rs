@@ -126,7 +126,8 @@ pub struct SizeRead {
 /// Where each symbol's size is read at a call, in signature order: every input dim (and SymInt
 /// input) that is exactly one symbol. `None` when neither the inputs nor the program's
 /// data-dependent results have a symbolic size, or when a symbol of an input's shape is never
-/// one by itself (`2*s0` only): its size cannot be read, so the program cannot be bucketed.
+/// one by itself (`2*s0` only): its size cannot be read, so the program cannot be bucketed;
+/// `None` too when an input dim shrinks as a symbol grows (`384 - s0`): it cannot be padded.
 pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
     let module = &imported.module;
     let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();
@@ -150,6 +151,12 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
                 read(input, Some(d), e);
             }
         }
+    }
+    // A dim that shrinks as a symbol grows (`384 - s`, after a graph break split a fixed
+    // width in two) cannot be padded: such a program is compiled per shape.
+    let shrinks = args.iter().any(|&v| module.values[v].ty.dims.iter().any(|d| matches!(d, tpuc_ir::Dim::Sym(e) if !e.is_nondecreasing())));
+    if shrinks {
+        return None;
     }
     let seen: std::collections::BTreeSet<&str> = reads.iter().map(|r| r.symbol.as_str()).collect();
     // Data-dependent sizes (`nonzero`) are no input's: the program returns them.

@@ -97,6 +97,21 @@ impl SymExpr {
         self.terms.iter().map(|t| (t.coeff, t.atoms.as_slice()))
     }
 
+    /// Whether the expression never decreases as any symbol grows (sizes are at least 1): every
+    /// term but the constant has a non-negative coefficient and is a product of symbols and
+    /// floor divisions of such expressions by positive divisors. A dim of such a size, padded
+    /// to its value at the bucket's sizes, holds its real size; `384 - s` or `s % 8` does not.
+    pub fn is_nondecreasing(&self) -> bool {
+        self.terms.iter().all(|t| {
+            (t.coeff >= 0 || t.atoms.is_empty())
+                && t.atoms.iter().all(|a| match a {
+                    Atom::Sym(_) => true,
+                    Atom::FloorDiv(e, k) => *k > 0 && e.is_nondecreasing(),
+                    Atom::Mod(..) => false,
+                })
+        })
+    }
+
     /// The symbol name if the expression is exactly one symbol.
     pub fn as_symbol(&self) -> Option<&str> {
         match self.terms.as_slice() {
@@ -355,6 +370,17 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.to_string(), "2*s0*s1 + s1");
         assert_eq!(s0.sub(&s0).as_const(), Some(0));
+    }
+
+    #[test]
+    fn nondecreasing() {
+        let s0 = SymExpr::symbol("s0");
+        let s1 = SymExpr::symbol("s1");
+        assert!(s0.mul(&s1).mul_const(2).add(&SymExpr::constant(-3)).is_nondecreasing());
+        assert!(s0.add(&SymExpr::constant(1)).floordiv(2).is_nondecreasing());
+        assert!(!SymExpr::constant(384).sub(&s0).is_nondecreasing());
+        assert!(!s0.modulo(8).is_nondecreasing());
+        assert!(!s1.sub(&s0).floordiv(2).is_nondecreasing());
     }
 
     #[test]

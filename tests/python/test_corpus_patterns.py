@@ -10,6 +10,10 @@ training step's loss and gradients) and, where torch.export takes it, through th
 - Checks a model makes on its data (`torch._check_tensor_all`, as transformers' VITS checks its
   spline's discriminant) export as `_is_all_true`, a number read from it and assertions on
   that number: the CLI takes them (it does not evaluate the assertions).
+- timm's Sequencer splits a fixed width between two branches, and its LSTM breaks the graph
+  before they are joined: blocks of different splits share the code after the break, which
+  Dynamo then compiles with the widths `s` and `384 - s`. A dim that shrinks as a symbol
+  grows cannot be padded, so that graph is compiled per shape.
 """
 
 import copy
@@ -115,3 +119,26 @@ def test_checks_on_data_run_in_the_cli(tmp_path):
     targets = {str(n.target) for n in ep.graph.nodes}
     assert "aten._is_all_true.default" in targets and "aten._local_scalar_dense.default" in targets, targets
     assert_cli_matches_eager(m, torch.randn(3, 4), tmp_path, tol=1e-6)
+
+
+class SplitWidths(nn.Module):
+    """Sequencer's two branches of widths `w` and `32 - w`, joined after a graph break."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.a, self.b, self.fc = nn.Linear(32, w), nn.Linear(32, 32 - w), nn.Linear(32, 32)
+
+    def forward(self, x):
+        v, h = self.a(x), self.b(x)
+        torch._dynamo.graph_break()
+        return self.fc(torch.cat([v, h], -1))
+
+
+def test_widths_split_across_a_graph_break_infer_like_eager():
+    torch.manual_seed(0)
+    m = nn.Sequential(SplitWidths(8), SplitWidths(16), SplitWidths(20)).eval()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = m(x)
+        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

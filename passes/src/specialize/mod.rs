@@ -337,6 +337,13 @@ impl<'a> Sp<'a> {
         for d in &ty.dims {
             dims.push(match d {
                 Dim::Static(n) => *n,
+                // Padded to its size at the bucket, a dim that shrinks as a symbol grows
+                // would be shorter than its real size.
+                Dim::Sym(e) if !e.is_nondecreasing() => {
+                    return Err(self.fail(format!(
+                        "dim `{e}` shrinks as a symbol grows (padded to its size at the bucket, it would be shorter than at a smaller real size)"
+                    )))
+                }
                 Dim::Sym(e) => match self.eval(e) {
                     Some(v) if v >= 0 => v,
                     _ => return Err(self.fail(format!("dim `{e}` has no size in this bucket"))),

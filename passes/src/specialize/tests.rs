@@ -41,6 +41,16 @@ fn an_op_its_rule_rejects_is_an_error_stating_the_rule() {
     assert!(msg.contains(&format!("(bucketing rule: {rule})")), "{msg}");
 }
 
+#[test]
+fn a_dim_that_shrinks_as_a_symbol_grows_is_an_error() {
+    // `384 - s0` at the bucket 8 would be 376 wide, shorter than the 382 of a real size 2.
+    let text = "module {\n  symbol @s0 : [1, 64]\n  func @main(%0: tensor<4x(384 - s0)xf32> {kind = \"input\", name = \"x\"}, \
+                %1: tensor<4xs0xf32> {kind = \"input\", name = \"y\"}) -> (tensor<4x384xf32> {kind = \"output\", name = \"z\"}) {\n    \
+                %2 = concatenate %0, %1 {dimension = 1} : tensor<4x384xf32>\n    return %2\n  }\n}\n";
+    let msg = bucket(text, 8).expect_err("a shrinking dim cannot be padded").to_string();
+    assert!(msg.contains("dim `-s0 + 384` shrinks as a symbol grows"), "{msg}");
+}
+
 fn data(dt: tpuc_ir::DType, dims: &[i64], vals: &[f64]) -> tpuc_ir::TensorData {
     let bytes: Vec<u8> = match dt {
         tpuc_ir::DType::F32 => vals.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
