@@ -14,6 +14,8 @@ training step's loss and gradients) and, where torch.export takes it, through th
   before they are joined: blocks of different splits share the code after the break, which
   Dynamo then compiles with the widths `s` and `384 - s`. A dim that shrinks as a symbol
   grows cannot be padded, so that graph is compiled per shape.
+- Higgs Audio normalizes the rows a mask selects and scatters them back with
+  `masked_scatter`: a source of data-dependent size.
 """
 
 import copy
@@ -142,3 +144,34 @@ def test_widths_split_across_a_graph_break_infer_like_eager():
         want = m(x)
         got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+class MaskedRowsScatter(nn.Module):
+    """Higgs Audio's audio-token layers: `x.masked_scatter(mask, f(x[mask]))`."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x, mask):
+        return x.masked_scatter(mask.unsqueeze(-1), self.norm(x[mask]))
+
+
+def _masked_rows_scatter_inputs():
+    torch.manual_seed(0)
+    return torch.randn(2, 5, 8), torch.rand(2, 5) > 0.5
+
+
+def test_masked_scatter_of_selected_rows_runs_in_the_cli(tmp_path):
+    x, mask = _masked_rows_scatter_inputs()
+    assert_cli_matches_eager(MaskedRowsScatter(), (x, mask), tmp_path, tol=1e-5)
+
+
+def test_masked_scatter_of_selected_rows_infers_and_trains_like_eager():
+    x, mask = _masked_rows_scatter_inputs()
+    m = MaskedRowsScatter().eval()
+    with torch.no_grad():
+        want = m(x, mask)
+        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_training_matches_eager(MaskedRowsScatter(), [x, mask], "masked rows scattered")

@@ -500,13 +500,14 @@ fn masked_scatter(cx: &mut Ctx) -> R<Vec<Val>> {
     let src = cx.convert(src, cx.dtype(x))?;
     let n = cx.ty(x).num_elements_expr();
     let ns = cx.ty(src).num_elements_expr();
-    let Some(count) = ns.as_const() else {
-        return err("masked_scatter needs a source of static size");
-    };
-    if count == 0 {
+    let count = ns.as_const();
+    if count == Some(0) {
         return one(x);
     }
-    let flat_src = cx.reshape(src, vec![Dim::Static(count)])?;
+    // A source of data-dependent size (`f(x[mask])`, the rows a mask selected) is read up to
+    // its size: the slots past it belong to no true position of a mask that matches it, and
+    // the gather clamps them into range.
+    let flat_src = cx.reshape(src, vec![Dim::from_expr(ns)])?;
     let mflat = cx.reshape(mb, vec![Dim::from_expr(n)])?;
     let at = masked_slots(cx, mflat, count)?;
     let g = take_along(cx, flat_src, 0, at)?;
@@ -535,7 +536,7 @@ fn masked_scatter_backward(cx: &mut Ctx) -> R<Vec<Val>> {
     let n = Dim::from_expr(cx.ty(g).num_elements_expr());
     let flat_g = cx.reshape(g, vec![n.clone()])?;
     let mflat = cx.reshape(mb, vec![n])?;
-    let at = masked_slots(cx, mflat, count)?;
+    let at = masked_slots(cx, mflat, Some(count))?;
     let z = cx.full_like(Scalar::Int(0), flat_g)?;
     let upd = cx.select(mflat, flat_g, z)?;
     let zeros = cx.full(Scalar::Int(0), cx.dtype(g), &[Dim::Static(count)])?;
@@ -545,15 +546,21 @@ fn masked_scatter_backward(cx: &mut Ctx) -> R<Vec<Val>> {
 
 /// For a flat bool mask, the slot of `masked_scatter`'s source each position maps to: the
 /// running count of true positions up to it, minus one, clamped to `0..count` (a false
-/// position gets its neighbour's slot; callers mask it).
-fn masked_slots(cx: &mut Ctx, mflat: ValueId, count: i64) -> R<ValueId> {
+/// position gets its neighbour's slot; callers mask it). A source of symbolic size (`count`
+/// None) is clamped below only: a gather clamps the slot into its operand's range.
+fn masked_slots(cx: &mut Ctx, mflat: ValueId, count: Option<i64>) -> R<ValueId> {
     let ones = cx.convert(mflat, DType::I64)?;
     let run = scan(cx, ones, 0, tpuc_ir::ScanKind::Sum)?;
     let at = cx.bin_c(O::Sub, run, 1.0)?;
     let lo = cx.full_like(Scalar::Int(0), at)?;
-    let hi = cx.full_like(Scalar::Int(count - 1), at)?;
     let at = cx.bin(O::Max, at, lo)?;
-    cx.bin(O::Min, at, hi)
+    match count {
+        Some(count) => {
+            let hi = cx.full_like(Scalar::Int(count - 1), at)?;
+            cx.bin(O::Min, at, hi)
+        }
+        None => Ok(at),
+    }
 }
 
 /// `put`: `self` flattened, `source` written (or added) at `index` (negative from the end).
