@@ -13,6 +13,9 @@ import torch
 # lowered (an attribute already smaller stays), and lists shrink element by element.
 WIDTH = 32
 RULES: dict[str, int] = {}
+EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+RULE_LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "n_layers",
+               "num_decoder_layers", "num_encoder_layers", "depth", "num_blocks")
 for _names, _value in [
     (("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "hidden_dim", "projection_dim",
       "text_embed_dim", "vision_embed_dim", "d_embed", "word_embed_proj_dim", "emb_dim", "encoder_hidden_size",
@@ -20,8 +23,7 @@ for _names, _value in [
     (("intermediate_size", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "mlp_dim",
       "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner", "ff_dim", "inner_dim",
       "decoder_intermediate_size"), 2 * WIDTH),
-    (("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "n_layers",
-      "num_decoder_layers", "num_encoder_layers", "depth", "num_blocks"), 2),
+    (RULE_LAYERS, 2),
     (("num_attention_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads", "num_heads",
       "n_heads", "attention_heads", "linear_num_heads", "linear_num_key_heads", "linear_num_value_heads",
       "index_n_heads"), 4),
@@ -29,13 +31,17 @@ for _names, _value in [
     (("head_dim", "v_head_dim", "qk_nope_head_dim", "attention_head_size", "d_kv", "linear_head_dim",
       "linear_key_head_dim", "linear_value_head_dim", "index_head_dim"), 8),
     (("vocab_size", "n_vocab"), 512),
-    (("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), 4),
+    (EXPERTS, 4),
     (("num_experts_per_tok", "moe_topk", "top_k"), 2),
     (("image_size", "img_size"), 32),
     (("num_mel_bins", "n_mels"), 16),
 ]:
     for _n in _names:
         RULES[_n] = _value
+
+# Sizes only the constructor's config gets (see `configs`): group norms' groups must divide
+# channels the rules made small; a head's rotary part must fit in the head.
+INIT_RULES = {"num_groups": 4, "num_channels_groups": 4, "qk_rope_head_dim": 4}
 
 # Per-type overrides, applied after the rules: only what the rules cannot know.
 OVERRIDES: dict[str, dict] = {
@@ -98,12 +104,20 @@ def shrink(config, model_type: str = ""):
                 setattr(config, name, _shrink_value(name, value))
             except (AttributeError, TypeError, ValueError):
                 pass
+    return _finish(config, model_type)
+
+
+def _finish(config, model_type: str):
+    """What every shrunk config gets after its sizes: lists cut to the layers, token ids inside
+    the vocabulary, no cache, then the type's OVERRIDES."""
     # Lists tied to the number of layers.
     n = getattr(config, "num_hidden_layers", None)
-    for name in ("layer_types", "block_types", "attn_layer_indices"):
-        v = getattr(config, name, None)
-        if isinstance(v, list) and isinstance(n, int) and name == "layer_types":
-            setattr(config, name, v[:n])
+    v = getattr(config, "layer_types", None)
+    if isinstance(v, list) and isinstance(n, int) and len(v) > n:
+        try:
+            config.layer_types = v[:n]
+        except AttributeError:  # derived from other attributes (Mamba's)
+            pass
     # Token ids must exist in the shrunk vocabulary.
     vocab = getattr(config, "vocab_size", None)
     if isinstance(vocab, int):
@@ -122,17 +136,153 @@ def shrink(config, model_type: str = ""):
     return config
 
 
+def _shrunk_kwargs(config_cls):
+    """The constructor arguments of a config class at their defaults, shrunk by RULES; a
+    sub-config's recursively (as a config of its own class)."""
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    default = config_cls()
+    kw = {}
+    for name in inspect.signature(config_cls.__init__).parameters:
+        if name in ("self", "kwargs", "args") or not hasattr(default, name):
+            continue
+        value = getattr(default, name)
+        if isinstance(value, PretrainedConfig):
+            kw[name] = _finish(type(value)(**_shrunk_kwargs(type(value))), "")
+        elif isinstance(value, dict) and "model_type" in value:
+            continue
+        else:
+            kw[name] = _shrink_value(name, value)
+    # Lists with an entry per layer (`layer_types`), cut to the layers kept.
+    layers = next((k for k in RULE_LAYERS if isinstance(kw.get(k), int)), None)
+    if layers:
+        was = getattr(default, layers)
+        for name, value in kw.items():
+            if isinstance(value, (list, tuple)) and len(value) == was and was > kw[layers]:
+                kw[name] = type(value)(value[: kw[layers]])
+    for name, value in INIT_RULES.items():
+        if isinstance(kw.get(name), int) and kw[name] > value:
+            kw[name] = value
+    # Parts of a head the defaults have equal stay equal, at the smaller of their shrunk
+    # values (Mistral 4's rotary and non-rotary halves).
+    shrunk = {n: v for n, v in kw.items()
+              if n.endswith("head_dim") and isinstance(v, int) and not isinstance(v, bool) and v != getattr(default, n)}
+    for a in shrunk:
+        for b in shrunk:
+            if a < b and getattr(default, a) == getattr(default, b):
+                kw[a] = kw[b] = min(kw[a], kw[b])
+    # Heads that divide the width at every stage (Swin's 3, 6, 12, 24 over widths 32, 64, ...):
+    # rounded down to powers of two.
+    for name in ("num_attention_heads", "num_heads", "n_head"):
+        v = kw.get(name)
+        if isinstance(v, (list, tuple)) and v and all(isinstance(h, int) and h > 0 for h in v):
+            kw[name] = type(v)(1 << (h.bit_length() - 1) for h in v)
+        elif isinstance(v, int) and v > 0 and v & (v - 1):
+            kw[name] = 1 << (v.bit_length() - 1)
+    # Relations the defaults hold, kept: as many key-value heads as heads (MLA's keys are
+    # per head; None means as many), expert groups that divide the experts.
+    for heads, kv in (("num_attention_heads", "num_key_value_heads"), ("n_head", "n_kv_heads")):
+        if heads in kw and kv in kw and getattr(default, kv) in (None, getattr(default, heads)):
+            kw[kv] = kw[heads]
+    experts = next((kw[k] for k in EXPERTS if isinstance(kw.get(k), int)), None)
+    if experts and isinstance(kw.get("n_group"), int) and experts % kw["n_group"]:
+        kw["n_group"] = 1
+    if isinstance(kw.get("topk_group"), int) and isinstance(kw.get("n_group"), int):
+        kw["topk_group"] = min(kw["topk_group"], kw["n_group"])
+    return kw
+
+
+def _fit_rope_sections(config) -> None:
+    """Multimodal rotary sections (`mrope_section`) split half the head dim: scaled down with
+    it, in the same proportions."""
+    for holder in (config, getattr(config, "text_config", None)):
+        if holder is None:
+            continue
+        heads, width = getattr(holder, "num_attention_heads", None), getattr(holder, "hidden_size", None)
+        hd = getattr(holder, "head_dim", None)
+        if not isinstance(hd, int):
+            hd = width // heads if isinstance(heads, int) and heads and isinstance(width, int) else 0
+        for attr in ("rope_parameters", "rope_scaling"):
+            rp = getattr(holder, attr, None)
+            if not isinstance(rp, dict):
+                continue
+            # Absent, the model takes Qwen2-VL's [16, 24, 24] of a 128-wide head.
+            uses = "mrope_section" in getattr(type(holder), "ignore_keys_at_rope_validation", ())
+            sec = rp.get("mrope_section") or ([16, 24, 24] if uses else None)
+            rotary = int(hd * rp.get("partial_rotary_factor", getattr(holder, "partial_rotary_factor", 1.0) or 1.0))
+            if not sec or not rotary or sum(sec) == rotary // 2:
+                continue
+            half, total = rotary // 2, sum(sec)
+            new = [max(1, v * half // total) for v in sec]
+            new[0] += half - sum(new)
+            rp["mrope_section"] = new
+
+
+def configs(name: str):
+    """The shrunk configs to try for a transformers type, in order: RULES set on the default
+    config's attributes; then RULES given to the config's constructor, which recomputes what
+    it derives (MLA's `head_dim` from `qk_rope_head_dim`, say) and so keeps it consistent."""
+    import transformers
+
+    cls = transformers.CONFIG_MAPPING[name]
+    yield lambda: shrink(cls(), name)
+
+    def by_init():
+        config = _finish(cls(**_shrunk_kwargs(cls)), name)
+        _fit_rope_sections(config)
+        return config
+
+    yield by_init
+
+
+def _runs_eagerly(model, kwargs) -> bool:
+    """Whether the model's eval forward runs on its inputs (the global RNG, the model's mode
+    and its weights as they were)."""
+    rng, mode = torch.get_rng_state(), model.training
+    try:
+        with torch.no_grad():
+            model.eval()(**kwargs)
+        return True
+    except Exception:  # noqa: BLE001 - the next shrunk config is tried
+        return False
+    finally:
+        model.train(mode)
+        torch.set_rng_state(rng)
+
+
 def build(family: str, head: bool):
     """(model, kwargs, has_loss) for a family; `head` picks a task head that computes a loss
-    from `labels`, where the type has one. Raises where the harness cannot build it."""
-    torch.manual_seed(0)
+    from `labels`, where the type has one: the first of `configs`, and of the inputs for it
+    (the main input alone, then with every other input kind the forward takes), whose model
+    runs eagerly (else the first that builds). Raises where the harness cannot build it."""
     kind, name = family.split(":", 1)
     if kind == "timm":
+        torch.manual_seed(0)
         return _build_timm(name)
+    first, error = None, None
+    for make in configs(name):
+        for every_kind in (False, True):
+            try:
+                got = _build_hf(name, make, head, every_kind)
+            except Exception as e:  # noqa: BLE001
+                error = error or e
+                continue
+            if _runs_eagerly(got[0], got[1]):
+                return got
+            first = first or got
+    if first is None:
+        raise error
+    return first
+
+
+def _build_hf(name: str, make_config, head: bool, every_kind: bool = False):
+    torch.manual_seed(0)
     import transformers
     from transformers.models.auto import modeling_auto as ma
 
-    config = shrink(transformers.CONFIG_MAPPING[name](), name)
+    config = make_config()
     cls_name, task = ma.MODEL_MAPPING_NAMES[name], None
     if head:
         for mapping, t in ((ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "causal"),
@@ -146,7 +296,7 @@ def build(family: str, head: bool):
     cls = getattr(transformers, cls_name)
     model = cls(config)
     _draw_zero_routers(model)
-    kwargs = inputs_for(model, config)
+    kwargs = inputs_for(model, config, every_kind)
     if task == "causal" and "input_ids" in kwargs:
         kwargs["labels"] = kwargs["input_ids"]
     elif task in ("seqcls", "imgcls"):
@@ -206,30 +356,55 @@ def _build_timm(module: str):
     return model, {"x": x}, False
 
 
-def inputs_for(model, config) -> dict:
-    """The inputs of the model's main input kind, made from its config."""
+def inputs_for(model, config, every_kind: bool = False) -> dict:
+    """The inputs of the model's main input kind, made from its config; with `every_kind`, also
+    those of every other kind its forward takes (CLIP's pixel values beside its text)."""
+    import inspect
+
     g = torch.Generator().manual_seed(1)
     main = getattr(model, "main_input_name", "input_ids")
+    if main not in INPUT_KINDS:
+        raise NotImplementedError(f"no inputs for main input {main!r}")
+    kinds = [main]
+    if every_kind:
+        takes = inspect.signature(model.forward).parameters
+        kinds += [k for k in INPUT_KINDS if k != main and k in takes]
+    kw = {}
+    for k in kinds:
+        kw.update(INPUT_KINDS[k](config, g))
+    return kw
+
+
+def _token_inputs(config, g) -> dict:
+    vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 512)
+    ids = torch.randint(3, max(vocab - 2, 4), (BATCH, SEQ), generator=g)
+    kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if getattr(config, "is_encoder_decoder", False):
+        kw["decoder_input_ids"] = ids  # a base encoder-decoder has no labels to shift
+    return kw
+
+
+def _image_inputs(config, g) -> dict:
     vision = getattr(config, "vision_config", None) or config
-    if main == "input_ids":
-        vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 512)
-        ids = torch.randint(3, max(vocab - 2, 4), (BATCH, SEQ), generator=g)
-        kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if getattr(config, "is_encoder_decoder", False):
-            kw["decoder_input_ids"] = ids  # a base encoder-decoder has no labels to shift
-        return kw
-    if main == "pixel_values":
-        c = getattr(vision, "num_channels", 3)
-        s = getattr(vision, "image_size", 32)
-        s = s[0] if isinstance(s, (list, tuple)) else s
-        return {"pixel_values": torch.randn(BATCH, c, s, s, generator=g)}
-    if main == "input_values":
-        return {"input_values": torch.randn(BATCH, 1600, generator=g)}
-    if main == "input_features":
-        mel = getattr(config, "num_mel_bins", 16)
-        frames = 2 * getattr(config, "max_source_positions", 50)
-        return {"input_features": torch.randn(BATCH, mel, frames, generator=g)}
-    raise NotImplementedError(f"no inputs for main input {main!r}")
+    c = getattr(vision, "num_channels", 3)
+    s = getattr(vision, "image_size", 32)
+    s = s[0] if isinstance(s, (list, tuple)) else s
+    return {"pixel_values": torch.randn(BATCH, c, s, s, generator=g)}
+
+
+def _feature_inputs(config, g) -> dict:
+    mel = getattr(config, "num_mel_bins", 16)
+    frames = 2 * getattr(config, "max_source_positions", 50)
+    return {"input_features": torch.randn(BATCH, mel, frames, generator=g)}
+
+
+# A maker of inputs per kind (the forward argument that names it).
+INPUT_KINDS = {
+    "input_ids": _token_inputs,
+    "pixel_values": _image_inputs,
+    "input_values": lambda config, g: {"input_values": torch.randn(BATCH, 1600, generator=g)},
+    "input_features": _feature_inputs,
+}
 
 
 def first_float(out):
