@@ -110,6 +110,73 @@ pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecEr
     Ok(sizes)
 }
 
+/// The program cut down to the numbers it reads on the host and sizes tensors with
+/// (`imported.host_reads`): `main` returns them, one i64 scalar each, in order, and keeps only
+/// what computes them. Run first, it gives those symbols their sizes ([`read_sizes`]); the
+/// whole program is then compiled at them ([`with_sizes`]). A number computed from a tensor that another such number
+/// sizes is an error naming both reads.
+pub fn host_read_prelude(imported: &tpuc_frontend_fx::Imported) -> Result<tpuc_frontend_fx::Imported, ExecError> {
+    let mut module = imported.module.clone();
+    let func = module
+        .funcs
+        .iter()
+        .position(|f| f.name == "main")
+        .or((!module.funcs.is_empty()).then_some(0))
+        .ok_or_else(|| ExecError::BadInput("the program has no `main`".into()))?;
+    let entry = module.entry_block(&module.funcs[func]);
+    let values: Vec<tpuc_ir::ValueId> = imported.host_reads.iter().map(|r| r.value).collect();
+    if let Some(ret) = module.terminator(entry) {
+        module.erase_op(ret);
+    }
+    tpuc_ir::Builder::new(&mut module, entry).ret(&values).map_err(|e| ExecError::BadInput(format!("internal: {e}")))?;
+    module.funcs[func].results = imported
+        .host_reads
+        .iter()
+        .map(|r| tpuc_ir::ResultInfo::new(tpuc_ir::ResultKind::UserOutput, format!("read {}", r.symbol)))
+        .collect();
+    tpuc_passes::util::remove_dead(&mut module);
+    module.compact();
+    let reads: Vec<&str> = imported.host_reads.iter().map(|r| r.symbol.as_str()).collect();
+    for v in module.values.values() {
+        for d in &v.ty.dims {
+            let Dim::Sym(e) = d else { continue };
+            if let Some(s) = e.symbols().into_iter().find(|s| reads.contains(&&**s)) {
+                let by = imported.host_reads.iter().find(|r| r.symbol == *s).map_or("?", |r| r.node.as_str());
+                return Err(ExecError::Unsupported(format!(
+                    "a number read on the host (`.item()`) depends on a tensor sized by another such number (`{s}`, read at node `{by}`): \
+                     tpuc reads one level of such numbers ahead of the program"
+                )));
+            }
+        }
+    }
+    module.symbols.retain(|s| !reads.contains(&&*s.name));
+    tpuc_ir::verify(&module).map_err(|errs| ExecError::BadInput(format!("internal: the host-read prelude does not verify: {}", errs[0])))?;
+    Ok(tpuc_frontend_fx::Imported {
+        module,
+        weights: imported.weights.clone(),
+        inputs: imported.inputs.clone(),
+        outputs: (0..values.len()).map(tpuc_frontend_fx::OutputSlot::Result).collect(),
+        sym_inputs: imported.sym_inputs.clone(),
+        torch_version: imported.torch_version.clone(),
+        has_weight_data: imported.has_weight_data,
+        source: Default::default(),
+        host_reads: Vec::new(),
+    })
+}
+
+/// The value of each number read on the host, from the outputs of its prelude (one i64 scalar
+/// each, in the order of `reads`).
+pub fn read_sizes(reads: &[tpuc_frontend_fx::HostRead], outputs: &[HostTensor]) -> Result<Sizes, ExecError> {
+    let mut sizes = Sizes::new();
+    for (r, t) in reads.iter().zip(outputs) {
+        let n = <[u8; 8]>::try_from(&t.bytes[..]).map(i64::from_le_bytes).map_err(|_| {
+            ExecError::BadInput(format!("the number read at node `{}` came back as {} bytes, not an i64", r.node, t.bytes.len()))
+        })?;
+        sizes.insert(r.symbol.clone(), n);
+    }
+    Ok(sizes)
+}
+
 /// Where a call's arguments carry one symbol's size: signature input `input`'s dim `dim`, or
 /// the input itself for a SymInt input (`dim` None); with the symbol's range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,7 +275,31 @@ pub fn select_bucket(plan: &BucketPlan, sizes: &Sizes) -> Result<Sizes, ExecErro
 /// and the symbols dropped, a static program of its own, compiled once per shape with nothing
 /// padded or masked.
 pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
+    for v in module.values.values() {
+        for d in &v.ty.dims {
+            if let Dim::Sym(e) = d {
+                if e.eval(&|s| sizes.get(s).copied()).is_none_or(|n| n < 0) {
+                    return Err(ExecError::BadInput(format!("dim `{e}` has no size for {}", bucket_name(sizes))));
+                }
+            }
+        }
+    }
+    with_sizes(module, sizes)
+}
+
+/// `module` with the symbols of `sizes` replaced by their sizes and dropped; the other symbols
+/// stay (numbers read on the host fixed, the inputs' sizes still bucketed).
+pub fn with_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
+    for s in module.symbols.iter() {
+        if let Some(&n) = sizes.get(&*s.name) {
+            if n < s.min || s.max.is_some_and(|hi| n > hi) {
+                let hi = s.max.map_or("inf".to_string(), |h| h.to_string());
+                return Err(ExecError::BadInput(format!("size {n} of symbol `{}` is outside its range [{}, {hi}]", s.name, s.min)));
+            }
+        }
+    }
     let mut m = module.clone();
+    let subst = |s: &str| sizes.get(s).map(|&n| tpuc_ir::SymExpr::constant(n));
     for v in m.values.values_mut() {
         if v.ty.is_static() {
             continue;
@@ -216,14 +307,16 @@ pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
         let mut dims = Vec::with_capacity(v.ty.rank());
         for d in &v.ty.dims {
             dims.push(match d {
-                Dim::Static(n) => *n,
-                Dim::Sym(e) => match e.eval(&|s| sizes.get(s).copied()) {
-                    Some(n) if n >= 0 => n,
-                    _ => return Err(ExecError::BadInput(format!("dim `{e}` has no size for {}", bucket_name(sizes)))),
+                Dim::Static(n) => Dim::Static(*n),
+                Dim::Sym(e) => match e.substitute(&subst) {
+                    e if e.as_const().is_some_and(|n| n < 0) => {
+                        return Err(ExecError::BadInput(format!("dim `{e}` is negative at {}", bucket_name(sizes))))
+                    }
+                    e => Dim::from_expr(e),
                 },
             });
         }
-        v.ty = TensorType::from_static(v.ty.dtype, &dims);
+        v.ty = TensorType::new(v.ty.dtype, dims);
     }
     // A slice that takes a symbolic dim whole says so with the limit i64::MAX: the size now.
     let ops: Vec<tpuc_ir::OpId> = m.ops.keys().collect();
@@ -233,14 +326,15 @@ pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
             continue;
         }
         let Some(s) = tpuc_ir::payload::Slice::of(&d.attrs) else { continue };
-        let shape = m.values[d.operands()[0]].ty.static_dims().unwrap_or_default();
+        // An operand still symbolic keeps its limit (a slice of it whole).
+        let Some(shape) = m.values[d.operands()[0]].ty.static_dims() else { continue };
         let clamped: Vec<i64> = s.limit_indices.iter().zip(&shape).map(|(&l, &n)| l.min(n)).collect();
         if clamped != s.limit_indices {
             let attrs = tpuc_ir::payload::Slice { limit_indices: &clamped, ..s }.attrs();
             m.ops[op].attrs.update(attrs);
         }
     }
-    m.symbols = Default::default();
+    m.symbols.retain(|s| !sizes.contains_key(&*s.name));
     tpuc_ir::verify(&m).map_err(|errs| {
         let first = errs.first().map_or(String::new(), |e| e.to_string());
         ExecError::BadInput(format!("the program at {} does not verify: {first}", bucket_name(sizes)))

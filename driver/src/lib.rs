@@ -316,6 +316,7 @@ pub fn import_ir_text(path: &Path) -> Result<Imported, DriverError> {
         torch_version: None,
         has_weight_data: false,
         source: Default::default(),
+        host_reads: Vec::new(),
     })
 }
 
@@ -449,6 +450,7 @@ pub fn lower_bucket(
         has_weight_data: true,
         // No graph fingerprint: another bucket is another graph, not another lowering.
         source: Default::default(),
+        host_reads: Vec::new(),
     };
     let options = LowerOptions { bucket: Some(bucket.clone()), ..options.clone() };
     let lowered = lower(imported, &options, emit)?;

@@ -188,7 +188,7 @@ pub(crate) fn import_program(
     let (fi, block) = module.add_func("main", sig.args);
     let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
     let uses = used_names(prog);
-    let mut st = State { env, metas: &g.tensor_values, sym_ints: &g.sym_int_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default() };
+    let mut st = State { env, metas: &g.tensor_values, sym_ints: &g.sym_int_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default(), host_reads: Default::default() };
     lower_nodes(&mut module, block, g, &rename, &mut st)?;
     let (mut results, mut result_infos, outputs) = read_outputs(prog, &st)?;
     append_checks(&st, &mut results, &mut result_infos);
@@ -206,7 +206,8 @@ pub(crate) fn import_program(
     let torch_version = prog.torch_version.as_ref().and_then(Value::as_str).map(str::to_string);
     let has_weight_data = payloads.is_some();
     let (inputs, sym_inputs) = (sig.inputs, sig.sym_inputs);
-    Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new() })
+    let host_reads = st.host_reads.into_inner();
+    Ok(Imported { module, weights, inputs, outputs, sym_inputs, torch_version, has_weight_data, source: bytes::Bytes::new(), host_reads })
 }
 
 /// Step 9: the symbols no type, SymInt input or output speaks of leave the module: torch

@@ -109,9 +109,44 @@ pub struct Imported {
     /// from elsewhere): the source graph before any lowering choice, which the driver
     /// fingerprints to explain cache misses caused by lowering options.
     pub source: Bytes,
+    /// Numbers the graph reads from a tensor (`.item()`) and then sizes a tensor with: no
+    /// program can be compiled ahead of them, so the caller computes them first (with the
+    /// program cut down to them) and compiles the whole at their values.
+    pub host_reads: Vec<HostRead>,
+}
+
+/// A number read from a tensor on the host that sizes a tensor (`torch.arange(n.max())`).
+#[derive(Clone, Debug)]
+pub struct HostRead {
+    /// The module symbol the number is.
+    pub symbol: String,
+    /// The i64 scalar `main` computes for it.
+    pub value: tpuc_ir::ValueId,
+    /// The FX node that reads it.
+    pub node: String,
 }
 
 impl Imported {
+    /// The error for a caller that cannot read numbers on the host ahead of the program (see
+    /// [`Imported::host_reads`]): it names the first read's FX node and source line.
+    pub fn host_read_error(&self) -> Option<ImportError> {
+        let r = self.host_reads.first()?;
+        let loc = self.module.defining_op(r.value).and_then(|op| self.module.loc(op));
+        let at = NodeRef {
+            node: r.node.clone(),
+            target: loc.map_or_else(|| "torch.ops.aten._local_scalar_dense.default".into(), |l| l.target.clone()),
+            source: loc.and_then(|l| l.source.clone()),
+        };
+        Some(ImportError::Op {
+            at: Box::new(at),
+            message: format!(
+                "the number read here (`.item()`, the symbol `{}`) sizes a tensor: this path compiles the graph ahead \
+                 of that number (`tpuc run` reads it first; under torch.compile the graph splits at the read)",
+                r.symbol
+            ),
+        })
+    }
+
     /// The statuses to check after each run, in result order.
     pub fn checks(&self) -> Vec<HostCheck> {
         let Some(f) = self.module.main_func() else { return Vec::new() };

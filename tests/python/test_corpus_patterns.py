@@ -14,6 +14,9 @@ training step's loss and gradients) and, where torch.export takes it, through th
   before they are joined: blocks of different splits share the code after the break, which
   Dynamo then compiles with the widths `s` and `384 - s`. A dim that shrinks as a symbol
   grows cannot be padded, so that graph is compiled per shape.
+- VITS sizes its output by a number read from the data (`torch.arange(lengths.max())`): the CLI
+  runs the program cut down to that number first, then the program at its value; `tpuc
+  compile`, which has no inputs to read it from, refuses naming the node.
 - Higgs Audio normalizes the rows a mask selects and scatters them back with
   `masked_scatter`: a source of data-dependent size.
 """
@@ -175,3 +178,37 @@ def test_masked_scatter_of_selected_rows_infers_and_trains_like_eager():
         got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x, mask)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert_training_matches_eager(MaskedRowsScatter(), [x, mask], "masked rows scattered")
+
+
+class LengthsToMask(nn.Module):
+    """VITS's duration predictor, reduced: lengths computed from the data, the output as long
+    as the longest."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 1)
+
+    def forward(self, x):  # x: [batch, time, 4]
+        lengths = (self.proj(x).squeeze(-1) > 0).sum(-1) + 1
+        pos = torch.arange(lengths.max())
+        mask = (pos[None, :] < lengths[:, None]).float()
+        return mask.cumsum(-1) * x.mean()
+
+
+@pytest.mark.parametrize("time", [6, 9])
+def test_a_size_read_from_the_data_runs_in_the_cli(time, tmp_path):
+    torch.manual_seed(0)
+    assert_cli_matches_eager(LengthsToMask(), torch.randn(2, time, 4), tmp_path, tol=1e-5)
+
+
+def test_compiling_ahead_of_a_size_read_from_the_data_names_the_node(tmp_path):
+    import subprocess
+
+    from cli_check import TPUC
+
+    m = LengthsToMask().eval()
+    pt2 = str(tmp_path / "m.pt2")
+    torch.export.save(torch.export.export(m, (torch.randn(2, 6, 4),)).run_decompositions(), pt2)
+    p = subprocess.run([TPUC, "compile", pt2, "--no-cache"], capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "_local_scalar_dense" in p.stderr and "sizes a tensor" in p.stderr and "test_corpus_patterns.py" in p.stderr, p.stderr

@@ -13,6 +13,9 @@ use tpuc_runtime as rt;
 pub fn compile(program: Vec<u8>, options: &SessionOptions) -> Result<Program, DriverError> {
     let start = Instant::now();
     let imported = crate::import_bytes(program)?;
+    if let Some(e) = imported.host_read_error() {
+        return Err(e.into());
+    }
     let import_time = start.elapsed();
     let inputs = imported.inputs.clone();
     let outputs = imported.outputs.clone();

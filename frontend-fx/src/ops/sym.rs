@@ -4,7 +4,8 @@
 //!
 //! A number read from a tensor (`_local_scalar_dense`, `.item()` in the model) is the symbol
 //! torch recorded for it, its run-time value the tensor's element: uses as data compute with
-//! it. A read boolean, and `sym_ite` on one, are unknown at compile time; in exported graphs
+//! it. A number that sizes a tensor is also listed in `Imported::host_reads`: the caller
+//! computes it first and compiles the program at its value. A read boolean, and `sym_ite` on one, are unknown at compile time; in exported graphs
 //! they feed the run-time assertions of checks the model makes on its data (VITS's spline
 //! domain, LLaVA's image-placeholder count), which tpuc does not evaluate. Anything else that
 //! needs their value fails naming the node. A float read is refused.
@@ -379,16 +380,15 @@ fn local_scalar_dense(cx: &mut Ctx) -> R<Vec<Val>> {
     };
     let e = crate::meta::parse_symint(v, &cx.st.rename).map_err(|e| OpError::Refused(e.to_string()))?;
     if let Some(s) = e.as_symbol() {
-        if sizes_a_tensor(cx, s) {
-            return err(format!(
-                "the number read here (`.item()`, the symbol `{s}`) sizes a tensor, which is not supported in an \
-                 exported graph (it cannot be compiled ahead of that number); under torch.compile the graph splits \
-                 at the read"
-            ));
-        }
         let flat = cx.reshape(x, vec![])?;
         let value = cx.convert(flat, DType::I64)?;
+        let first = !cx.st.bound.borrow().contains_key(s);
         cx.st.bound.borrow_mut().entry(s.to_string()).or_insert(value);
+        // A number that sizes a tensor is read on the host before the program is compiled
+        // at its value (see `HostRead`).
+        if first && sizes_a_tensor(cx, s) {
+            cx.st.host_reads.borrow_mut().push(crate::HostRead { symbol: s.to_string(), value, node: name });
+        }
     }
     Ok(vec![Val::Sym(e)])
 }

@@ -41,6 +41,9 @@ pub fn run(a: CompileArgs) -> Result<(), Failure> {
         compile_mlir(&a.model, &read_mlir(&a.model)?, &a.target)?
     } else {
         let imported = tpuc_driver::import(&a.model)?;
+        if let Some(e) = imported.host_read_error() {
+            return Err(tpuc_driver::DriverError::from(e).into());
+        }
         if !imported.module.symbols.is_empty() {
             return compile_buckets(&a, imported);
         }

@@ -131,6 +131,45 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let options = a.pipeline.options(false, a.target.target)?;
     let cache = a.target.cache.open();
     let mut label = a.model.display().to_string();
+    // Numbers the graph reads on the host and sizes tensors with (`torch.arange(n.max())`):
+    // the program cut down to them runs first, and the whole is compiled at their values.
+    if !imported.host_reads.is_empty() {
+        let prelude = dynamic::host_read_prelude(&imported).map_err(DriverError::from)?;
+        let ran = execute(&a, prelude, &inputs, &options, cache.as_ref(), format!("{label} (numbers read on the host)"), 1)?;
+        let reads = dynamic::read_sizes(&imported.host_reads, &ran.outputs).map_err(DriverError::from)?;
+        imported.module = dynamic::with_sizes(&imported.module, &reads).map_err(DriverError::from)?;
+        imported.host_reads.clear();
+        imported.source = Default::default();
+        tracing::info!("read on the host: {}", dynamic::bucket_name(&reads));
+        label = format!("{label} [{}]", dynamic::bucket_name(&reads));
+    }
+    let ran = execute(&a, imported, &inputs, &options, cache.as_ref(), label, a.repeat)?;
+    finish_run(&a, &start, &checks, &ran.outputs, ran.timing, ran.bucket, ran.source)
+}
+
+/// What [`execute`] ran: the outputs (cut to their real sizes), the timing of `--repeat`, the
+/// bucket of a program with symbolic dims, and where its executable came from.
+struct Ran {
+    outputs: Vec<tpuc_driver::tensor::HostTensor>,
+    timing: Option<Timing>,
+    bucket: Option<tpuc_driver::dynamic::Sizes>,
+    source: &'static str,
+}
+
+/// Lowers, compiles and runs an imported program on `inputs`, `repeat` times: at the inputs'
+/// own sizes (`--buckets off`), static, over ranks or a mesh, or padded to a bucket.
+fn execute(
+    a: &RunArgs,
+    mut imported: tpuc_driver::Imported,
+    inputs: &[(String, tpuc_driver::tensor::HostTensor)],
+    options: &tpuc_driver::LowerOptions,
+    cache: Option<&tpuc_driver::exec::Cache>,
+    mut label: String,
+    repeat: usize,
+) -> Result<Ran, Failure> {
+    use tpuc_driver::dynamic;
+    use tpuc_driver::tensor::HostTensor;
+    let mut times = Vec::new();
     // `--buckets off`: the program at the inputs' own sizes, static, one compile per shape
     // (another graph per shape for the cache, as for buckets).
     let data_dependent = dynamic::data_dependent_symbols(&imported.module);
@@ -145,37 +184,37 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     let (outputs, bucket, source) = if imported.module.symbols.is_empty() {
         let lowered = tpuc_driver::lower(imported, &options, Emit::StableHlo)?;
         report_passes(&lowered, options.pass_timing);
-        let compiled = compile_lowered(&lowered, &a.target, cache.as_ref(), &label)?;
+        let compiled = compile_lowered(&lowered, &a.target, cache, &label)?;
         tracing::info!("{}", compiled.summary.line());
         if let Some(r) = &lowered.ranks {
-            if a.repeat > 1 {
+            if repeat > 1 {
                 return Err(Failure::User("--repeat times single-program runs; not --ranks".into()));
             }
             let runner = tpuc_driver::spmd::RankRunner::new(&compiled, &lowered.module, &lowered.weights, r.count).map_err(DriverError::from)?;
-            let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            return finish_run(&a, &start, &checks, &outputs, None, None, compiled.summary.cache);
+            let outputs = runner.run(inputs).map_err(DriverError::from)?;
+            return Ok(Ran { outputs, timing: None, bucket: None, source: compiled.summary.cache });
         }
         if let Some(sh) = &lowered.sharding {
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, &lowered.module, &lowered.weights, sh).map_err(DriverError::from)?;
-            let outputs = runner.run(&inputs).map_err(DriverError::from)?;
-            if a.repeat > 1 {
+            let outputs = runner.run(inputs).map_err(DriverError::from)?;
+            if repeat > 1 {
                 // Whole calls (split, upload, execute on every device, download).
-                let mut us = Vec::with_capacity(a.repeat - 1);
-                for _ in 1..a.repeat {
+                let mut us = Vec::with_capacity(repeat - 1);
+                for _ in 1..repeat {
                     let t = std::time::Instant::now();
-                    runner.run(&inputs).map_err(DriverError::from)?;
+                    runner.run(inputs).map_err(DriverError::from)?;
                     us.push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 us.sort_by(f64::total_cmp);
                 let timing = Timing { runs: us.len(), devices: Some(tpuc_driver::spmd::device_count(sh)), median_us: vec![("total", us[us.len() / 2])] };
-                return finish_run(&a, &start, &checks, &outputs, Some(timing), None, compiled.summary.cache);
+                return Ok(Ran { outputs, timing: Some(timing), bucket: None, source: compiled.summary.cache });
             }
-            return finish_run(&a, &start, &checks, &outputs, None, None, compiled.summary.cache);
+            return Ok(Ran { outputs, timing: None, bucket: None, source: compiled.summary.cache });
         }
         let runner = tpuc_driver::exec::Runner::new(&compiled, &lowered.module, &lowered.weights).map_err(DriverError::from)?;
-        let (outputs, _) = runner.run(&inputs).map_err(DriverError::from)?;
-        for _ in 1..a.repeat.max(1) {
-            times.push(runner.run(&inputs).map_err(DriverError::from)?.1);
+        let (outputs, _) = runner.run(inputs).map_err(DriverError::from)?;
+        for _ in 1..repeat.max(1) {
+            times.push(runner.run(inputs).map_err(DriverError::from)?.1);
         }
         (outputs, None, compiled.summary.cache)
     } else {
@@ -195,7 +234,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         let bl = tpuc_driver::lower_bucket(&imported.module, &imported.weights, &bucket, &options, Emit::StableHlo)?;
         report_passes(&bl.lowered, options.pass_timing);
         let name = dynamic::bucket_name(&bucket);
-        let compiled = compile_lowered(&bl.lowered, &a.target, cache.as_ref(), &format!("{label} [{name}]"))?;
+        let compiled = compile_lowered(&bl.lowered, &a.target, cache, &format!("{label} [{name}]"))?;
         tracing::info!("bucket {name}: {}", compiled.summary.line());
         let module = &bl.lowered.module;
         let types = dynamic::user_input_types(module);
@@ -213,7 +252,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         // Under a mesh the bucket is an SPMD program: the padded inputs are split over the
         // devices and the real sizes ride along replicated.
         let mut outs = if let Some(sh) = &bl.lowered.sharding {
-            if a.repeat > 1 {
+            if repeat > 1 {
                 return Err(Failure::User("--repeat times single-device runs; not a --mesh bucket".into()));
             }
             let runner = tpuc_driver::spmd::ShardedRunner::new(&compiled, module, &bl.lowered.weights, sh).map_err(DriverError::from)?;
@@ -221,7 +260,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         } else {
             let runner = tpuc_driver::exec::Runner::new(&compiled, module, &bl.lowered.weights).map_err(DriverError::from)?;
             let (outs, _) = runner.run(&padded).map_err(DriverError::from)?;
-            for _ in 1..a.repeat.max(1) {
+            for _ in 1..repeat.max(1) {
                 times.push(runner.run(&padded).map_err(DriverError::from)?.1);
             }
             outs
@@ -235,7 +274,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             .map_err(DriverError::from)?;
         (outputs, Some(bucket), compiled.summary.cache)
     };
-    finish_run(&a, &start, &checks, &outputs, Timing::of(&times), bucket, source)
+    Ok(Ran { outputs, timing: Timing::of(&times), bucket, source })
 }
 
 /// `run --repeat N`: the median of the timed runs (all but the first), per step, in µs.

@@ -136,6 +136,9 @@ pub struct State<'p> {
     /// `sizes::bind_dim`): its run-time value for later uses as data, and for an output that
     /// is the bare symbol (a forward graph saving `u0` for its backward).
     pub bound: std::cell::RefCell<HashMap<String, ValueId>>,
+    /// Numbers read from a tensor (`.item()`) that size a tensor, in graph order: the caller
+    /// reads them on the host first (see [`crate::HostRead`]).
+    pub host_reads: std::cell::RefCell<Vec<crate::HostRead>>,
 }
 
 /// One flattened output slot of a node.

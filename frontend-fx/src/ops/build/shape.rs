@@ -89,7 +89,20 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
         let s = match const_of(&start) {
             None => 0,
             Some(Some(v)) => clampi(v),
-            Some(None) => return err("slice start is symbolic on a static dim"),
+            Some(None) => {
+                // A span between sizes read from the data (a split at such sizes): the
+                // elements from `start` up to `end`, gathered (torch checks both in range).
+                let (Some(start), Some(end)) = (start, end) else { return err("slice start is symbolic on a static dim") };
+                if step != 1 {
+                    return err("a slice with a symbolic start on a static dim takes step 1");
+                }
+                let idx = cx.iota(DType::I64, &[Dim::from_expr(end.sub(&start))], 0)?;
+                let shape = cx.dims(idx);
+                let at = cx.sym_operand(&start)?;
+                let at = cx.mat(&at, DType::I64, &shape)?;
+                let idx = cx.bin(O::Add, idx, at)?;
+                return take_along(cx, x, dim, idx);
+            }
         };
         let e = match const_of(&end) {
             None => n,

@@ -52,7 +52,21 @@ pub(super) fn split(cx: &mut Ctx) -> R<Vec<Val>> {
 pub(super) fn split_with_sizes(cx: &mut Ctx) -> R<Vec<Val>> {
     let x = cx.t("self")?;
     let dim = norm_dim(cx.int("dim")?, cx.rank(x))?;
-    let sizes = if cx.has("split_sizes") { cx.ints("split_sizes")? } else { cx.ints("split_size")? };
+    let arg = if cx.has("split_sizes") { "split_sizes" } else { "split_size" };
+    let syms = cx.syms(arg)?;
+    if syms.iter().any(|e| e.as_const().is_none()) {
+        // Sizes read from the data (JetMoE's tokens per expert, `.tolist()`): each piece a
+        // slice between running sums, which torch checks add up to the dim.
+        let mut start = SymExpr::constant(0);
+        let mut out = Vec::with_capacity(syms.len());
+        for e in &syms {
+            let end = start.add(e);
+            out.push(Val::Tensor(slice_any(cx, x, dim, Some(start.clone()), Some(end.clone()), 1)?));
+            start = end;
+        }
+        return Ok(out);
+    }
+    let sizes: Vec<i64> = syms.iter().filter_map(SymExpr::as_const).collect();
     let n = static_dim_size(cx, x, dim, "split")?;
     if sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) != Some(n) {
         return err(format!("split sizes {sizes:?} do not add up to {n}"));
