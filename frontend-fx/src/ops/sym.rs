@@ -5,10 +5,11 @@
 //! A number read from a tensor (`_local_scalar_dense`, `.item()` in the model) is the symbol
 //! torch recorded for it, its run-time value the tensor's element: uses as data compute with
 //! it. A number that sizes a tensor is also listed in `Imported::host_reads`: the caller
-//! computes it first and compiles the program at its value. A read boolean, and `sym_ite` on one, are unknown at compile time; in exported graphs
-//! they feed the run-time assertions of checks the model makes on its data (VITS's spline
-//! domain, LLaVA's image-placeholder count), which tpuc does not evaluate. Anything else that
-//! needs their value fails naming the node. A float read is refused.
+//! computes it first and compiles the program at its value. A read boolean, and `sym_ite` on
+//! one, are unknown at compile time; in exported graphs they feed the run-time assertions of
+//! checks the model makes on its data (VITS's spline domain, LLaVA's image-placeholder count),
+//! which tpuc does not evaluate. Anything else that needs their value fails naming the node. A
+//! float read is refused.
 
 use crate::ops::build::*;
 
