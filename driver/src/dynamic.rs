@@ -194,7 +194,7 @@ pub struct SizeRead {
 /// input) that is exactly one symbol. `None` when neither the inputs nor the program's
 /// data-dependent results have a symbolic size, or when a symbol of an input's shape is never
 /// one by itself (`2*s0` only): its size cannot be read, so the program cannot be bucketed;
-/// `None` too when an input dim shrinks as a symbol grows (`384 - s0`): it cannot be padded.
+/// `None` too when a dim shrinks as a symbol grows (`384 - s0`): it cannot be padded.
 pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
     let module = &imported.module;
     let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();
@@ -220,8 +220,9 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
         }
     }
     // A dim that shrinks as a symbol grows (`384 - s`, after a graph break split a fixed
-    // width in two) cannot be padded: such a program is compiled per shape.
-    let shrinks = args.iter().any(|&v| module.values[v].ty.dims.iter().any(|d| matches!(d, tpuc_ir::Dim::Sym(e) if !e.is_nondecreasing())));
+    // width in two, in an input or in the backward's slice of a gradient) cannot be padded:
+    // such a program is compiled per shape.
+    let shrinks = module.values.values().any(|v| v.ty.dims.iter().any(|d| matches!(d, tpuc_ir::Dim::Sym(e) if !e.is_nondecreasing())));
     if shrinks {
         return None;
     }

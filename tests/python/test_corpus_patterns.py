@@ -149,6 +149,18 @@ def test_widths_split_across_a_graph_break_infer_like_eager():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_widths_split_across_a_graph_break_train_like_eager():
+    # The backward cuts the join's gradient into `s` and `32 - s` columns.
+    torch.manual_seed(0)
+    m = nn.Sequential(SplitWidths(8), SplitWidths(16), SplitWidths(20))
+    eager = copy.deepcopy(m)
+    x = torch.randn(2, 5, 32)
+    torch.compile(m, backend="tpuc", options=STRICT)(x).pow(2).sum().backward()
+    eager(x).pow(2).sum().backward()
+    for (name, p), q in zip(m.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=lambda e: f"{name}: {e}")
+
+
 class MaskedRowsScatter(nn.Module):
     """Higgs Audio's audio-token layers: `x.masked_scatter(mask, f(x[mask]))`."""
 
