@@ -353,13 +353,19 @@ def _build_timm(module: str):
     model = create()
     if sum(p.numel() for p in model.parameters()) > BIG:
         # A module whose smallest model is large (a 412M-parameter ViT) keeps two blocks where
-        # its constructor takes a depth: trained with AdamW it would not fit this machine.
-        try:
-            torch.manual_seed(0)
-            model = create(depth=2)
-        except (TypeError, ValueError, AssertionError):
-            torch.manual_seed(0)
-            model = create()
+        # its constructor takes a depth, else a quarter of its channels where it rounds them
+        # (EfficientNet-style builders): trained with AdamW it would not fit this machine.
+        import functools
+
+        from timm.models._efficientnet_builder import round_channels
+
+        for extra in ({"depth": 2}, {"round_chs_fn": functools.partial(round_channels, multiplier=0.25)}, {}):
+            try:
+                torch.manual_seed(0)
+                model = create(**extra)
+                break
+            except (TypeError, ValueError, AssertionError):
+                continue
     c, h, w = getattr(model, "pretrained_cfg", None) and model.pretrained_cfg.get("input_size") or (3, 224, 224)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(BATCH, c, 64, 64, generator=g)
