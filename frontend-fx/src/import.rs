@@ -270,6 +270,11 @@ fn declare_symbols(
             rename.insert(s.clone(), fresh);
         }
     }
+    for (later, first) in asserted_equal(prog) {
+        if let Some(n) = rename.get(&first).cloned() {
+            rename.insert(later, n);
+        }
+    }
     let mut ranged: Vec<(&String, &Value)> = prog.range_constraints.iter().collect();
     ranged.sort_by(|a, b| a.0.cmp(b.0));
     for (key, rc) in ranged {
@@ -291,6 +296,50 @@ fn declare_symbols(
     }
 
     Ok(rename)
+}
+
+/// Data-dependent sizes torch compared for equality (`u3 == u2`): in an exported graph a
+/// comparison of sizes only feeds a run-time assertion, made where an op met both (Higgs
+/// Audio adds the rows of two selections by the same mask, each counted on its own). Each pair
+/// as (the later symbol, the first of its class), so that both name one module symbol, bound by
+/// the first count (see `sizes::bind_dim`). Like the other assertions, it is not evaluated.
+fn asserted_equal(prog: &ExportedProgram<'_>) -> Vec<(String, String)> {
+    let g = &prog.graph_module.graph;
+    let ident = HashMap::new();
+    let symbol_of = |a: &schema::NamedArgument<'_>| -> Option<String> {
+        let Ok(Arg::SymInt(schema::SymIntArg::Name(n))) = a.arg.decode() else { return None };
+        let e = parse_symint(g.sym_int_values.get(&n)?, &ident).ok()?;
+        let s = e.as_symbol()?;
+        // torch names data-dependent sizes u0, u1, ...
+        (s.starts_with('u') && s[1..].chars().all(|c| c.is_ascii_digit()) && s.len() > 1).then(|| s.to_string())
+    };
+    let index = |s: &str| s[1..].parse::<u64>().unwrap_or(u64::MAX);
+    // A union of the compared symbols, each class named by its first (lowest-numbered) symbol.
+    let mut first: BTreeMap<String, String> = BTreeMap::new();
+    fn root(first: &BTreeMap<String, String>, s: &str) -> String {
+        let mut s = s.to_string();
+        while let Some(p) = first.get(&s).filter(|p| **p != s) {
+            s = p.clone();
+        }
+        s
+    }
+    for n in &g.nodes {
+        if n.target != "_operator.eq" || n.inputs.len() != 2 {
+            continue;
+        }
+        let (Some(a), Some(b)) = (symbol_of(&n.inputs[0]), symbol_of(&n.inputs[1])) else { continue };
+        let (ra, rb) = (root(&first, &a), root(&first, &b));
+        if ra != rb {
+            let (lo, hi) = if index(&ra) <= index(&rb) { (ra, rb) } else { (rb, ra) };
+            first.insert(hi, lo.clone());
+            first.entry(lo.clone()).or_insert(lo);
+        }
+    }
+    let names: Vec<String> = first.keys().cloned().collect();
+    names.into_iter().filter_map(|s| {
+        let r = root(&first, &s);
+        (r != s).then_some((s, r))
+    }).collect()
 }
 
 /// What the signature's input specs give: the function's arguments and how to fill them.

@@ -18,7 +18,8 @@ training step's loss and gradients) and, where torch.export takes it, through th
   runs the program cut down to that number first, then the program at its value; `tpuc
   compile`, which has no inputs to read it from, refuses naming the node.
 - Higgs Audio normalizes the rows a mask selects and scatters them back with
-  `masked_scatter`: a source of data-dependent size.
+  `masked_scatter`: a source of data-dependent size. It also adds to the rows of one mask what
+  it computed from another selection by the same mask: two counts torch asserts equal.
 """
 
 import copy
@@ -224,3 +225,22 @@ def test_compiling_ahead_of_a_size_read_from_the_data_names_the_node(tmp_path):
     p = subprocess.run([TPUC, "compile", pt2, "--no-cache"], capture_output=True, text=True)
     assert p.returncode != 0
     assert "_local_scalar_dense" in p.stderr and "sizes a tensor" in p.stderr and "test_corpus_patterns.py" in p.stderr, p.stderr
+
+
+class RowsOfOneMaskTwice(nn.Module):
+    """Higgs Audio's text rows: `x[~m] += f(x[~m])`, the mask inverted (and counted) twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        h = x.clone()
+        text = self.mlp(h[~mask])
+        h[~mask] += text
+        return h
+
+
+def test_two_counts_of_one_mask_run_in_the_cli(tmp_path):
+    x, mask = _masked_rows_scatter_inputs()
+    assert_cli_matches_eager(RowsOfOneMaskTwice(), (x, mask), tmp_path, tol=1e-5)
