@@ -112,28 +112,25 @@ pub fn infer_sizes(module: &Module, shapes: &[Vec<i64>]) -> Result<Sizes, ExecEr
 
 /// The program cut down to the numbers it reads on the host and sizes tensors with
 /// (`imported.host_reads`): `main` returns them, one i64 scalar each, in order, and keeps only
-/// what computes them. Run first, it gives those symbols their sizes ([`read_sizes`]); the
-/// whole program is then compiled at them ([`with_sizes`]). A number computed from a tensor that another such number
-/// sizes is an error naming both reads.
+/// what computes them. Run first, it gives those symbols their sizes (read back as
+/// [`take_returned_sizes`] reads a program's sizes); the whole program is then compiled at them
+/// ([`with_sizes`]). A number computed from a tensor that another such number sizes is an
+/// error naming both reads.
 pub fn host_read_prelude(imported: &tpuc_frontend_fx::Imported) -> Result<tpuc_frontend_fx::Imported, ExecError> {
     let mut module = imported.module.clone();
-    let func = module
-        .funcs
-        .iter()
-        .position(|f| f.name == "main")
-        .or((!module.funcs.is_empty()).then_some(0))
-        .ok_or_else(|| ExecError::BadInput("the program has no `main`".into()))?;
-    let entry = module.entry_block(&module.funcs[func]);
+    let entry = module.main_func().map(|f| module.entry_block(f)).ok_or_else(|| ExecError::BadInput("the program has no `main`".into()))?;
     let values: Vec<tpuc_ir::ValueId> = imported.host_reads.iter().map(|r| r.value).collect();
     if let Some(ret) = module.terminator(entry) {
         module.erase_op(ret);
     }
     tpuc_ir::Builder::new(&mut module, entry).ret(&values).map_err(|e| ExecError::BadInput(format!("internal: {e}")))?;
-    module.funcs[func].results = imported
-        .host_reads
-        .iter()
-        .map(|r| tpuc_ir::ResultInfo::new(tpuc_ir::ResultKind::UserOutput, format!("read {}", r.symbol)))
-        .collect();
+    if let Some(f) = module.main_func_mut() {
+        f.results = imported
+            .host_reads
+            .iter()
+            .map(|r| tpuc_ir::ResultInfo::new(tpuc_ir::ResultKind::UserOutput, format!("read {}", r.symbol)))
+            .collect();
+    }
     tpuc_passes::util::remove_dead(&mut module);
     module.compact();
     let reads: Vec<&str> = imported.host_reads.iter().map(|r| r.symbol.as_str()).collect();
@@ -164,19 +161,6 @@ pub fn host_read_prelude(imported: &tpuc_frontend_fx::Imported) -> Result<tpuc_f
     })
 }
 
-/// The value of each number read on the host, from the outputs of its prelude (one i64 scalar
-/// each, in the order of `reads`).
-pub fn read_sizes(reads: &[tpuc_frontend_fx::HostRead], outputs: &[HostTensor]) -> Result<Sizes, ExecError> {
-    let mut sizes = Sizes::new();
-    for (r, t) in reads.iter().zip(outputs) {
-        let n = <[u8; 8]>::try_from(&t.bytes[..]).map(i64::from_le_bytes).map_err(|_| {
-            ExecError::BadInput(format!("the number read at node `{}` came back as {} bytes, not an i64", r.node, t.bytes.len()))
-        })?;
-        sizes.insert(r.symbol.clone(), n);
-    }
-    Ok(sizes)
-}
-
 /// Where a call's arguments carry one symbol's size: signature input `input`'s dim `dim`, or
 /// the input itself for a SymInt input (`dim` None); with the symbol's range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,6 +181,12 @@ pub struct SizeRead {
 /// `None` too when a dim shrinks as a symbol grows (`384 - s0`): it cannot be padded.
 pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>> {
     let module = &imported.module;
+    // A dim that shrinks as a symbol grows (`384 - s`, after a graph break split a fixed
+    // width in two, in an input or in the backward's slice of a gradient) cannot be padded:
+    // such a program is compiled per shape.
+    if module.values.values().any(|v| v.ty.dims.iter().any(|d| matches!(d, tpuc_ir::Dim::Sym(e) if !e.is_nondecreasing()))) {
+        return None;
+    }
     let args = module.main_func().map(|f| module.blocks[module.entry_block(f)].args().to_vec()).unwrap_or_default();
     let (mut reads, mut needed) = (Vec::new(), std::collections::BTreeSet::new());
     let mut read = |input: usize, dim: Option<usize>, e: &tpuc_ir::SymExpr| {
@@ -218,13 +208,6 @@ pub fn size_reads(imported: &tpuc_frontend_fx::Imported) -> Option<Vec<SizeRead>
                 read(input, Some(d), e);
             }
         }
-    }
-    // A dim that shrinks as a symbol grows (`384 - s`, after a graph break split a fixed
-    // width in two, in an input or in the backward's slice of a gradient) cannot be padded:
-    // such a program is compiled per shape.
-    let shrinks = module.values.values().any(|v| v.ty.dims.iter().any(|d| matches!(d, tpuc_ir::Dim::Sym(e) if !e.is_nondecreasing())));
-    if shrinks {
-        return None;
     }
     let seen: std::collections::BTreeSet<&str> = reads.iter().map(|r| r.symbol.as_str()).collect();
     // Data-dependent sizes (`nonzero`) are no input's: the program returns them.
@@ -276,16 +259,12 @@ pub fn select_bucket(plan: &BucketPlan, sizes: &Sizes) -> Result<Sizes, ExecErro
 /// and the symbols dropped, a static program of its own, compiled once per shape with nothing
 /// padded or masked.
 pub fn at_sizes(module: &Module, sizes: &Sizes) -> Result<Module, ExecError> {
-    for v in module.values.values() {
-        for d in &v.ty.dims {
-            if let Dim::Sym(e) = d {
-                if e.eval(&|s| sizes.get(s).copied()).is_none_or(|n| n < 0) {
-                    return Err(ExecError::BadInput(format!("dim `{e}` has no size for {}", bucket_name(sizes))));
-                }
-            }
-        }
+    let mut m = with_sizes(module, sizes)?;
+    if let Some(e) = m.values.values().flat_map(|v| &v.ty.dims).find_map(|d| if let Dim::Sym(e) = d { Some(e) } else { None }) {
+        return Err(ExecError::BadInput(format!("dim `{e}` has no size for {}", bucket_name(sizes))));
     }
-    with_sizes(module, sizes)
+    m.symbols = Default::default();
+    Ok(m)
 }
 
 /// `module` with the symbols of `sizes` replaced by their sizes and dropped; the other symbols

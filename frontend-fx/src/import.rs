@@ -188,7 +188,7 @@ pub(crate) fn import_program(
     let (fi, block) = module.add_func("main", sig.args);
     let (env, sym_args) = bind_arguments(&module, block, sig.env, &sig.arg_names, &sig.sym_inputs);
     let uses = used_names(prog);
-    let mut st = State { env, metas: &g.tensor_values, sym_ints: &g.sym_int_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default(), host_reads: Default::default() };
+    let mut st = State { env, metas: &g.tensor_values, sym_ints: &g.sym_int_values, uses, sym_args, rename: rename.clone(), streams: Default::default(), checks: Default::default(), bound: Default::default(), host_reads: Default::default(), sizing: Default::default() };
     lower_nodes(&mut module, block, g, &rename, &mut st)?;
     let (mut results, mut result_infos, outputs) = read_outputs(prog, &st)?;
     append_checks(&st, &mut results, &mut result_infos);
@@ -314,32 +314,24 @@ fn asserted_equal(prog: &ExportedProgram<'_>) -> Vec<(String, String)> {
         (s.starts_with('u') && s[1..].chars().all(|c| c.is_ascii_digit()) && s.len() > 1).then(|| s.to_string())
     };
     let index = |s: &str| s[1..].parse::<u64>().unwrap_or(u64::MAX);
-    // A union of the compared symbols, each class named by its first (lowest-numbered) symbol.
-    let mut first: BTreeMap<String, String> = BTreeMap::new();
-    fn root(first: &BTreeMap<String, String>, s: &str) -> String {
-        let mut s = s.to_string();
-        while let Some(p) = first.get(&s).filter(|p| **p != s) {
+    // A union of the compared symbols: each symbol's parent, toward its class's first
+    // (lowest-numbered) symbol, which has none.
+    let mut parent: BTreeMap<String, String> = BTreeMap::new();
+    let root = |parent: &BTreeMap<String, String>, mut s: String| {
+        while let Some(p) = parent.get(&s) {
             s = p.clone();
         }
         s
-    }
-    for n in &g.nodes {
-        if n.target != "_operator.eq" || n.inputs.len() != 2 {
-            continue;
-        }
+    };
+    for n in g.nodes.iter().filter(|n| n.target == "_operator.eq" && n.inputs.len() == 2) {
         let (Some(a), Some(b)) = (symbol_of(&n.inputs[0]), symbol_of(&n.inputs[1])) else { continue };
-        let (ra, rb) = (root(&first, &a), root(&first, &b));
+        let (ra, rb) = (root(&parent, a), root(&parent, b));
         if ra != rb {
             let (lo, hi) = if index(&ra) <= index(&rb) { (ra, rb) } else { (rb, ra) };
-            first.insert(hi, lo.clone());
-            first.entry(lo.clone()).or_insert(lo);
+            parent.insert(hi, lo);
         }
     }
-    let names: Vec<String> = first.keys().cloned().collect();
-    names.into_iter().filter_map(|s| {
-        let r = root(&first, &s);
-        (r != s).then_some((s, r))
-    }).collect()
+    parent.keys().map(|s| (s.clone(), root(&parent, s.clone()))).collect()
 }
 
 /// What the signature's input specs give: the function's arguments and how to fill them.

@@ -265,21 +265,36 @@ def build(family: str, head: bool):
         return _build_timm(name)
     first, error = None, None
     for make in configs(name):
-        for every_kind in (False, True):
-            try:
-                got = _build_hf(name, make, head, every_kind)
-            except Exception as e:  # noqa: BLE001
-                error = error or e
-                continue
-            if _runs_eagerly(got[0], got[1]):
-                return got
-            first = first or got
+        try:
+            model, config, task = _build_hf(name, make, head)
+            main = _with_labels(inputs_for(model, config), config, task)
+        except Exception as e:  # noqa: BLE001
+            error = error or e
+            continue
+        if _runs_eagerly(model, main):
+            return model, main, task is not None
+        # The other input kinds beside the same main inputs and labels.
+        every = {**inputs_for(model, config, every_kind=True), **main}
+        if every.keys() != main.keys() and _runs_eagerly(model, every):
+            return model, every, task is not None
+        first = first or (model, main, task is not None)
     if first is None:
         raise error
     return first
 
 
-def _build_hf(name: str, make_config, head: bool, every_kind: bool = False):
+def _with_labels(kwargs: dict, config, task) -> dict:
+    """The inputs with the labels a task head computes its loss from."""
+    if task == "causal" and "input_ids" in kwargs:
+        kwargs["labels"] = kwargs["input_ids"]
+    elif task in ("seqcls", "imgcls"):
+        kwargs["labels"] = torch.randint(0, max(getattr(config, "num_labels", 2), 1), (BATCH,))
+    return kwargs
+
+
+def _build_hf(name: str, make_config, head: bool):
+    """(model, config, task) of a transformers type from a shrunk config: the task head that
+    computes a loss where `head` asks for one and the type has it."""
     torch.manual_seed(0)
     import transformers
     from transformers.models.auto import modeling_auto as ma
@@ -298,12 +313,7 @@ def _build_hf(name: str, make_config, head: bool, every_kind: bool = False):
     cls = getattr(transformers, cls_name)
     model = cls(config)
     _draw_zero_routers(model)
-    kwargs = inputs_for(model, config, every_kind)
-    if task == "causal" and "input_ids" in kwargs:
-        kwargs["labels"] = kwargs["input_ids"]
-    elif task in ("seqcls", "imgcls"):
-        kwargs["labels"] = torch.randint(0, max(getattr(config, "num_labels", 2), 1), (BATCH,))
-    return model, kwargs, task is not None
+    return model, config, task
 
 
 def _draw_zero_routers(model) -> None:
@@ -359,7 +369,7 @@ def _build_timm(module: str):
 
         from timm.models._efficientnet_builder import round_channels
 
-        for extra in ({"depth": 2}, {"round_chs_fn": functools.partial(round_channels, multiplier=0.25)}, {}):
+        for extra in ({"depth": 2}, {"round_chs_fn": functools.partial(round_channels, multiplier=0.25)}):
             try:
                 torch.manual_seed(0)
                 model = create(**extra)

@@ -35,6 +35,15 @@ import tpuc
 STRICT = {"strict": True}
 
 
+def assert_infers_like_eager(model, *inputs):
+    """`model` in eval mode, compiled strictly, equals eager on `inputs`."""
+    model.eval()
+    with torch.no_grad():
+        want = model(*inputs)
+        got = torch.compile(copy.deepcopy(model), backend="tpuc", options=STRICT)(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 class MaskedRows(nn.Module):
     """VITS's `_unconstrained_rational_quadratic_spline`, reduced: identity outside the
     interval, a function of the selected rows inside."""
@@ -55,12 +64,7 @@ class MaskedRows(nn.Module):
 @pytest.mark.parametrize("scale", [1.5, 0.5], ids=["mixed", "all-inside"])
 def test_masked_rows_infer_like_eager(scale):
     torch.manual_seed(0)
-    m = MaskedRows().eval()
-    x = torch.randn(2, 3, 4) * scale
-    with torch.no_grad():
-        want = m(x)
-        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_infers_like_eager(MaskedRows(), torch.randn(2, 3, 4) * scale)
 
 
 def test_masked_rows_train_like_eager():
@@ -97,12 +101,7 @@ class OverlappingChunks(nn.Module):
 
 def test_overlapping_chunks_infer_like_eager():
     torch.manual_seed(0)
-    m = OverlappingChunks().eval()
-    x = torch.randn(8, 2, 8)
-    with torch.no_grad():
-        want = m(x)
-        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_infers_like_eager(OverlappingChunks(), torch.randn(8, 2, 8))
     assert tpuc.stats().get("fallback_graphs", 0) == 0
 
 
@@ -142,12 +141,7 @@ class SplitWidths(nn.Module):
 
 def test_widths_split_across_a_graph_break_infer_like_eager():
     torch.manual_seed(0)
-    m = nn.Sequential(SplitWidths(8), SplitWidths(16), SplitWidths(20)).eval()
-    x = torch.randn(2, 5, 32)
-    with torch.no_grad():
-        want = m(x)
-        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_infers_like_eager(nn.Sequential(SplitWidths(8), SplitWidths(16), SplitWidths(20)), torch.randn(2, 5, 32))
 
 
 def test_widths_split_across_a_graph_break_train_like_eager():
@@ -185,11 +179,7 @@ def test_masked_scatter_of_selected_rows_runs_in_the_cli(tmp_path):
 
 def test_masked_scatter_of_selected_rows_infers_and_trains_like_eager():
     x, mask = _masked_rows_scatter_inputs()
-    m = MaskedRowsScatter().eval()
-    with torch.no_grad():
-        want = m(x, mask)
-        got = torch.compile(copy.deepcopy(m), backend="tpuc", options=STRICT)(x, mask)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_infers_like_eager(MaskedRowsScatter(), x, mask)
     assert_training_matches_eager(MaskedRowsScatter(), [x, mask], "masked rows scattered")
 
 

@@ -166,7 +166,7 @@ fn arange(cx: &mut Ctx) -> R<Vec<Val>> {
             if st <= 0 {
                 return err("arange with a symbolic end needs a positive step");
             }
-            let v = sym_range(cx, s, e, st)?;
+            let v = sym_range(cx, &SymExpr::constant(s), e, st)?;
             one(cx.convert(v, dt)?)
         }
         Bound::Num(end_n) => {

@@ -383,11 +383,16 @@ fn local_scalar_dense(cx: &mut Ctx) -> R<Vec<Val>> {
     if let Some(s) = e.as_symbol() {
         let flat = cx.reshape(x, vec![])?;
         let value = cx.convert(flat, DType::I64)?;
-        let first = !cx.st.bound.borrow().contains_key(s);
-        cx.st.bound.borrow_mut().entry(s.to_string()).or_insert(value);
+        let first = match cx.st.bound.borrow_mut().entry(s.to_string()) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(value);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(_) => false,
+        };
         // A number that sizes a tensor is read on the host before the program is compiled
         // at its value (see `HostRead`).
-        if first && sizes_a_tensor(cx, s) {
+        if first && cx.st.sizes_a_tensor(s) {
             cx.st.host_reads.borrow_mut().push(crate::HostRead { symbol: s.to_string(), value, node: name });
         }
     }
@@ -408,16 +413,4 @@ fn sym_ite(cx: &mut Ctx) -> R<Vec<Val>> {
         }
         _ => err("sym_ite needs a SymBool condition"),
     }
-}
-
-/// Whether module symbol `s` is a dim of some tensor torch recorded.
-fn sizes_a_tensor(cx: &Ctx, s: &str) -> bool {
-    cx.st.metas.values().any(|m| {
-        m.sizes.iter().any(|d| match d {
-            schema::SymIntJson::Expr(x) => {
-                crate::meta::parse_expr(&x.expr_str, &cx.st.rename).is_ok_and(|e| e.symbols().iter().any(|t| &**t == s))
-            }
-            schema::SymIntJson::Int(_) => false,
-        })
-    })
 }

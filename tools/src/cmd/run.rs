@@ -135,8 +135,11 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
     // the program cut down to them runs first, and the whole is compiled at their values.
     if !imported.host_reads.is_empty() {
         let prelude = dynamic::host_read_prelude(&imported).map_err(DriverError::from)?;
-        let ran = execute(&a, prelude, &inputs, &options, cache.as_ref(), format!("{label} (numbers read on the host)"), 1)?;
-        let reads = dynamic::read_sizes(&imported.host_reads, &ran.outputs).map_err(DriverError::from)?;
+        let what = format!("{label} (numbers read on the host)");
+        let mut outputs = execute(&a, prelude, &inputs, &options, cache.as_ref(), what.clone(), 1)?.outputs;
+        let symbols: Vec<String> = imported.host_reads.iter().map(|r| r.symbol.clone()).collect();
+        let mut reads = dynamic::Sizes::new();
+        dynamic::take_returned_sizes(&what, &mut outputs, |t| &t.bytes[..], &symbols, &mut reads).map_err(DriverError::from)?;
         imported.module = dynamic::with_sizes(&imported.module, &reads).map_err(DriverError::from)?;
         imported.host_reads.clear();
         imported.source = Default::default();

@@ -90,16 +90,24 @@ pub fn dg(cx: &mut Ctx, a: ValueId, b: ValueId, lb: &[i64], rb: &[i64], lc: &[i6
 }
 
 /// `start, start + step, ..` below the symbolic `end` (`step > 0`) as i64: an iota of the
-/// symbolic length `ceil((end - start) / step)`, scaled and shifted.
-pub fn sym_range(cx: &mut Ctx, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
-    let span = end.sub(&SymExpr::constant(start));
+/// symbolic length `ceil((end - start) / step)`, scaled and shifted by `start` (a constant, or
+/// a size read from the data: its run-time value).
+pub fn sym_range(cx: &mut Ctx, start: &SymExpr, end: SymExpr, step: i64) -> R<ValueId> {
+    let span = end.sub(start);
     let len = if step == 1 { span } else { span.add(&SymExpr::constant(step - 1)).floordiv(step) };
     let mut v = cx.iota(DType::I64, &[Dim::from_expr(len)], 0)?;
     if step != 1 {
         v = cx.bin_c(O::Mul, v, step as f64)?;
     }
-    if start != 0 {
-        v = cx.bin_c(O::Add, v, start as f64)?;
+    match start.as_const() {
+        Some(0) => {}
+        Some(c) => v = cx.bin_c(O::Add, v, c as f64)?,
+        None => {
+            let shape = cx.dims(v);
+            let at = cx.sym_operand(start)?;
+            let at = cx.mat(&at, DType::I64, &shape)?;
+            v = cx.bin(O::Add, v, at)?;
+        }
     }
     Ok(v)
 }

@@ -139,6 +139,27 @@ pub struct State<'p> {
     /// Numbers read from a tensor (`.item()`) that size a tensor, in graph order: the caller
     /// reads them on the host first (see [`crate::HostRead`]).
     pub host_reads: std::cell::RefCell<Vec<crate::HostRead>>,
+    /// The module symbols some recorded tensor's size names (see [`State::sizes_a_tensor`]).
+    pub sizing: std::cell::OnceCell<std::collections::HashSet<String>>,
+}
+
+impl State<'_> {
+    /// Whether module symbol `s` is a dim of some tensor torch recorded (the metas read once,
+    /// at the first question).
+    pub fn sizes_a_tensor(&self, s: &str) -> bool {
+        self.sizing
+            .get_or_init(|| {
+                let sizes = self.metas.values().flat_map(|m| &m.sizes);
+                sizes
+                    .filter_map(|d| match d {
+                        schema::SymIntJson::Expr(x) => crate::meta::parse_expr(&x.expr_str, &self.rename).ok(),
+                        schema::SymIntJson::Int(_) => None,
+                    })
+                    .flat_map(|e| e.symbols().into_iter().map(|t| t.to_string()))
+                    .collect()
+            })
+            .contains(s)
+    }
 }
 
 /// One flattened output slot of a node.

@@ -93,15 +93,7 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
                 // A span between sizes read from the data (a split at such sizes): the
                 // elements from `start` up to `end`, gathered (torch checks both in range).
                 let (Some(start), Some(end)) = (start, end) else { return err("slice start is symbolic on a static dim") };
-                if step != 1 {
-                    return err("a slice with a symbolic start on a static dim takes step 1");
-                }
-                let idx = cx.iota(DType::I64, &[Dim::from_expr(end.sub(&start))], 0)?;
-                let shape = cx.dims(idx);
-                let at = cx.sym_operand(&start)?;
-                let at = cx.mat(&at, DType::I64, &shape)?;
-                let idx = cx.bin(O::Add, idx, at)?;
-                return take_along(cx, x, dim, idx);
+                return take_range(cx, x, dim, start, end, step);
             }
         };
         let e = match const_of(&end) {
@@ -115,7 +107,7 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
                     Some(len) => (s + len * step).min(n),
                     None => {
                         let end = end.expect("a symbolic end");
-                        return take_range(cx, x, dim, s, end, step);
+                        return take_range(cx, x, dim, SymExpr::constant(s), end, step);
                     }
                 }
             }
@@ -139,7 +131,7 @@ pub fn slice_any(cx: &mut Ctx, x: ValueId, dim: usize, start: Option<SymExpr>, e
     };
     match s {
         Some(0) if end_expr == n && step == 1 => Ok(x),
-        Some(s) if s >= 0 => take_range(cx, x, dim, s, end_expr, step),
+        Some(s) if s >= 0 => take_range(cx, x, dim, SymExpr::constant(s), end_expr, step),
         Some(s) if s < 0 && end_expr == n && step == 1 => {
             // the last -s elements: reverse, take the first -s, reverse back
             let k = s.checked_neg().ok_or("slice start out of range")?;
@@ -214,8 +206,8 @@ pub fn select_v(cx: &mut Ctx, x: ValueId, dim: usize, index: i64) -> R<ValueId> 
 
 /// `x[start:end:step]` along `dim` for a symbolic `end`: the positions, a symbolic range,
 /// gathered.
-fn take_range(cx: &mut Ctx, x: ValueId, dim: usize, start: i64, end: SymExpr, step: i64) -> R<ValueId> {
-    let idx = sym_range(cx, start, end, step)?;
+fn take_range(cx: &mut Ctx, x: ValueId, dim: usize, start: SymExpr, end: SymExpr, step: i64) -> R<ValueId> {
+    let idx = sym_range(cx, &start, end, step)?;
     take_along(cx, x, dim, idx)
 }
 
