@@ -274,7 +274,9 @@ class CompiledGraph:
         not seen: call `tpuc.invalidate_weights()` after one. On the CPU plugin a weight it
         cannot read in place is copied for every call, never kept as a snapshot."""
         ptr = t.data_ptr()
-        if t.is_cpu and t.is_contiguous() and not (t.is_neg() or t.is_conj()):
+        # Where weights are copies (an accelerator, or host aliasing off) nothing is read in
+        # place, not even through a buffer another program aliases at the same address.
+        if not self.copies_resident and t.is_cpu and t.is_contiguous() and not (t.is_neg() or t.is_conj()):
             # A tensor another program already reads in place (another bucket, another graph
             # of the same model) shares that buffer.
             owner = _RESIDENT.get(ptr)
